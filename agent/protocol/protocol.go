@@ -1,0 +1,166 @@
+// Package protocol holds the JSON messages exchanged between the subflow controller and the
+// agents linked into consumer pods (DESIGN.md section 4). It has no dependencies so that both
+// sides, and applications, can import it cheaply.
+package protocol
+
+import "time"
+
+// DefaultPort is the agent's control port when the pod names no container port "subflow".
+const DefaultPort = 9470
+
+// PortName is the container port name the controller looks for on a pod.
+const PortName = "subflow"
+
+// PathPrefix is the versioned root of every agent endpoint.
+const PathPrefix = "/subflow/v1"
+
+// State is how a subscription should flow, or how a consumer actually flows.
+type State string
+
+const (
+	// Running is normal consumption.
+	Running State = "Running"
+	// Paused keeps consumers connected but hands nothing to the application and grants no permits.
+	Paused State = "Paused"
+	// Stopped closes the underlying consumers; unacked and buffered messages return to the broker.
+	Stopped State = "Stopped"
+)
+
+// Valid reports whether s is one of the three states.
+func (s State) Valid() bool { return s == Running || s == Paused || s == Stopped }
+
+// restrictiveness orders states: when several flows match one consumer the highest wins.
+func (s State) restrictiveness() int {
+	switch s {
+	case Stopped:
+		return 2
+	case Paused:
+		return 1
+	default:
+		return 0
+	}
+}
+
+// MostRestrictive returns the stricter of a and b (Stopped > Paused > Running).
+func MostRestrictive(a, b State) State {
+	if b.restrictiveness() > a.restrictiveness() {
+		return b
+	}
+	return a
+}
+
+// FlowRequest is the body of PUT {PathPrefix}/flows/{namespace}/{name}: the desired state of one
+// SubscriptionFlow as the controller computed it.
+type FlowRequest struct {
+	// UID identifies the SubscriptionFlow object; a recreated flow has a new UID.
+	UID string `json:"uid"`
+	// Revision grows whenever the desired state changes; lower revisions are refused (409).
+	Revision int64 `json:"revision"`
+	// Subscription the rule applies to.
+	Subscription string `json:"subscription"`
+	// Topic narrows the rule to one topic (short or full name, partitions included); empty means all.
+	Topic string `json:"topic,omitempty"`
+	// State is the desired state of the matched consumers.
+	State State `json:"state"`
+	// Seek is an optional one-shot seek request.
+	Seek *SeekRequest `json:"seek,omitempty"`
+}
+
+// SeekRequest asks for a seek to a broker-entry index (PIP-101 semantics).
+type SeekRequest struct {
+	// ID makes the seek one-shot: an agent executes each ID at most once.
+	ID string `json:"id"`
+	// Index for a non-partitioned topic.
+	Index *int64 `json:"index,omitempty"`
+	// Partitions gives one index per partition of a partitioned topic.
+	Partitions []PartitionIndex `json:"partitions,omitempty"`
+	// Execute is true on exactly one agent per seek ID; the others only drop stale held messages.
+	Execute bool `json:"execute,omitempty"`
+}
+
+// PartitionIndex is a target index on one partition.
+type PartitionIndex struct {
+	Partition int32 `json:"partition"`
+	Index     int64 `json:"index"`
+}
+
+// FlowStatus is the agent's answer to a PUT: what it actually did for that flow.
+type FlowStatus struct {
+	// Pod is the name the agent reports for itself (usually the pod name).
+	Pod string `json:"pod"`
+	// AppliedRevision is the revision now in force for this flow's UID.
+	AppliedRevision int64 `json:"appliedRevision"`
+	// Consumers lists every consumer the rule matched, with their observed state.
+	Consumers []ConsumerStatus `json:"consumers"`
+	// Seek reports the seek of the current request, if any.
+	Seek *SeekStatus `json:"seek,omitempty"`
+	// Conflict names other flows that match the same consumers with a different state.
+	Conflict string `json:"conflict,omitempty"`
+}
+
+// ConsumerStatus is the observed state of one agent consumer.
+type ConsumerStatus struct {
+	Topic        string    `json:"topic"`
+	Subscription string    `json:"subscription"`
+	Name         string    `json:"name"`
+	State        State     `json:"state"`
+	Since        time.Time `json:"since"`
+	// HeldMessages are messages taken from the client while gated, delivered first on resume.
+	HeldMessages int64 `json:"heldMessages"`
+	// ReceivedWhilePaused counts messages the client pushed to the gate while it was closed.
+	ReceivedWhilePaused int64 `json:"receivedWhilePaused"`
+	Connected           bool  `json:"connected"`
+}
+
+// SeekState is the progress of one seek ID on an agent.
+type SeekState string
+
+const (
+	SeekPending   SeekState = "Pending"
+	SeekCompleted SeekState = "Completed"
+	SeekFailed    SeekState = "Failed"
+	// SeekObserved means the agent was not the executor and only dropped stale messages.
+	SeekObserved SeekState = "Observed"
+)
+
+// SeekStatus reports a seek.
+type SeekStatus struct {
+	ID        string         `json:"id"`
+	State     SeekState      `json:"state"`
+	Positions []SeekPosition `json:"positions,omitempty"`
+	// Reason is a stable CamelCase cause when State is Failed (e.g. IndexMetadataDisabled).
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// SeekPosition is where one partition's cursor was put.
+type SeekPosition struct {
+	// Partition is -1 for a non-partitioned topic.
+	Partition int32 `json:"partition"`
+	Index     int64 `json:"index"`
+	// MessageID is the resolved position, as "ledger:entry:partition:batch".
+	MessageID string `json:"messageID"`
+}
+
+// AgentState is the body of GET {PathPrefix}/state.
+type AgentState struct {
+	Pod       string           `json:"pod"`
+	Flows     []FlowSummary    `json:"flows"`
+	Consumers []ConsumerStatus `json:"consumers"`
+}
+
+// FlowSummary is one flow rule an agent holds.
+type FlowSummary struct {
+	Namespace       string `json:"namespace"`
+	Name            string `json:"name"`
+	UID             string `json:"uid"`
+	AppliedRevision int64  `json:"appliedRevision"`
+	State           State  `json:"state"`
+}
+
+// Error is the JSON body of every non-2xx answer.
+type Error struct {
+	// Reason is stable and machine readable: BadRequest, Unauthorized, StaleRevision, ...
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}

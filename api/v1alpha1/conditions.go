@@ -1,0 +1,54 @@
+package v1alpha1
+
+// Condition types of a SubscriptionFlow, with their reasons. Ready is always present; Reconciling
+// and Stalled only while True (kstatus). All have positive polarity unless noted.
+const (
+	// ConditionReady is True when every matched pod's agent applied the current revision and
+	// every matched consumer reached the effective state.
+	ConditionReady = "Ready"
+	// ConditionPaused is True when the effective state is Paused or Stopped and every matched
+	// consumer reported paused or stopped for the current revision.
+	ConditionPaused = "Paused"
+	// ConditionReconciling is True while the controller is driving agents toward the desired state.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when progress needs a person: invalid spec, wrong token.
+	// Negative polarity: its presence is the problem.
+	ConditionStalled = "Stalled"
+	// ConditionSeekCompleted is True when the current seek id executed; False with a reason when it failed.
+	ConditionSeekCompleted = "SeekCompleted"
+)
+
+// Reasons, grouped by the condition they usually explain.
+const (
+	// ReasonSynced (Ready=True): every agent applied the current revision.
+	ReasonSynced = "Synced"
+	// ReasonNoMatchingPods (Ready=True): the selector matches no pod; nothing to drive.
+	ReasonNoMatchingPods = "NoMatchingPods"
+	// ReasonAgentsUnreachable (Ready=False): some pods' agents did not answer; the message names them.
+	ReasonAgentsUnreachable = "AgentsUnreachable"
+	// ReasonConsumersConverging (Ready=False): agents answered but some consumers are not yet in the effective state.
+	ReasonConsumersConverging = "ConsumersConverging"
+	// ReasonAgentAuthFailed (Ready=False, Stalled=True): an agent refused the token.
+	ReasonAgentAuthFailed = "AgentAuthFailed"
+	// ReasonInvalidSpec (Ready=False, Stalled=True): the spec passed the API server but cannot be used.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonProgressing (Reconciling=True): pushing the current revision.
+	ReasonProgressing = "Progressing"
+
+	// ReasonConsumersPaused (Paused=True): every consumer is paused or stopped.
+	ReasonConsumersPaused = "ConsumersPaused"
+	// ReasonPausePending (Paused=False): the effective state halts consumption but some consumers still run.
+	ReasonPausePending = "PausePending"
+	// ReasonRunning (Paused=False): the effective state is Running.
+	ReasonRunning = "Running"
+
+	// ReasonSeekSucceeded (SeekCompleted=True): the executor moved the cursors.
+	ReasonSeekSucceeded = "SeekSucceeded"
+	// ReasonSeekPending (SeekCompleted=False): the seek has not run yet.
+	ReasonSeekPending = "SeekPending"
+	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error.
+	ReasonSeekFailed = "SeekFailed"
+	// ReasonIndexMetadataDisabled (SeekCompleted=False): the broker does not store entry indexes;
+	// enable brokerEntryMetadataInterceptors=AppendIndexMetadataInterceptor.
+	ReasonIndexMetadataDisabled = "IndexMetadataDisabled"
+)

@@ -1,0 +1,354 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// FlowState is how a subscription flows.
+// +kubebuilder:validation:Enum=Running;Paused;Stopped
+type FlowState string
+
+const (
+	// StateRunning is normal consumption.
+	StateRunning FlowState = "Running"
+	// StatePaused keeps consumers connected while nothing is handed to the application and no
+	// flow permits are granted; the backlog grows on the broker.
+	StatePaused FlowState = "Paused"
+	// StateStopped closes the consumers; unacked and buffered messages return to the broker.
+	StateStopped FlowState = "Stopped"
+)
+
+// StateSource tells which input decided the effective state.
+// +kubebuilder:validation:Enum=Spec;Window;Override
+type StateSource string
+
+const (
+	// SourceSpec means spec.state decided.
+	SourceSpec StateSource = "Spec"
+	// SourceWindow means an active maintenance window decided.
+	SourceWindow StateSource = "Window"
+	// SourceOverride means the override annotation decided.
+	SourceOverride StateSource = "Override"
+)
+
+// DeletionPolicy says what happens to the agents' rule when the flow is deleted.
+// +kubebuilder:validation:Enum=Resume;Retain
+type DeletionPolicy string
+
+const (
+	// DeletionResume releases the rule in every agent before the object goes, so consumers run.
+	DeletionResume DeletionPolicy = "Resume"
+	// DeletionRetain leaves agents in their last state until they restart.
+	DeletionRetain DeletionPolicy = "Retain"
+)
+
+// Annotations for the on-call engineer; they win over windows and spec without editing Git.
+const (
+	// OverrideStateAnnotation holds Running, Paused or Stopped.
+	OverrideStateAnnotation = "subflow.dev/override-state"
+	// OverrideUntilAnnotation optionally bounds the override (RFC 3339); an expired override is ignored.
+	OverrideUntilAnnotation = "subflow.dev/override-until"
+)
+
+// Finalizer lets the controller release agents' rules before a flow is deleted.
+const Finalizer = "subflow.dev/release-agents"
+
+// SubscriptionFlowSpec is the desired flow of one Pulsar subscription in the selected pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && self.topic != '')",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
+type SubscriptionFlowSpec struct {
+	// selector chooses the consumer pods whose agents apply this flow. It must not be empty:
+	// an empty selector would match every pod of the namespace.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="selector must not be empty: set matchLabels or matchExpressions"
+	Selector metav1.LabelSelector `json:"selector"`
+
+	// subscription is the Pulsar subscription name the flow applies to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Subscription string `json:"subscription"`
+
+	// topic narrows the flow to one topic (short or full name; a partitioned topic covers its
+	// partitions). Empty means every topic the selected pods consume with that subscription.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Topic string `json:"topic,omitempty"`
+
+	// state is the desired state when no window or override applies.
+	// +optional
+	// +kubebuilder:default=Running
+	State FlowState `json:"state,omitempty"`
+
+	// seek is a one-shot request to move the subscription to a broker-entry index.
+	// +optional
+	Seek *SeekSpec `json:"seek,omitempty"`
+
+	// maintenanceWindows are recurring periods with their own state, e.g. Paused on Saturday night.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+
+	// agent tells the controller how to reach and authenticate to the agents.
+	// +optional
+	Agent AgentSpec `json:"agent,omitempty"`
+
+	// deletionPolicy says whether deleting the flow resumes its consumers or leaves them as they are.
+	// +optional
+	// +kubebuilder:default=Resume
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// SeekSpec asks for a seek to a broker-entry index (Pulsar PIP-101 semantics): for indexes in
+// [A, B) on a partition the message with the index is the next delivered; below A means the
+// earliest message, at or above B means the latest.
+// +kubebuilder:validation:XValidation:rule="has(self.index) != has(self.partitions)",message="set exactly one of seek.index (non-partitioned topic) or seek.partitions"
+type SeekSpec struct {
+	// id makes the seek one-shot: it runs once per id; a new id asks for a new seek.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	ID string `json:"id"`
+
+	// index is the target broker-entry index on a non-partitioned topic.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Index *int64 `json:"index,omitempty"`
+
+	// partitions gives a target index per partition of a partitioned topic.
+	// +optional
+	// +listType=map
+	// +listMapKey=partition
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1024
+	Partitions []PartitionIndex `json:"partitions,omitempty"`
+}
+
+// PartitionIndex is a target broker-entry index on one partition.
+type PartitionIndex struct {
+	// partition is the partition number, from 0.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Partition int32 `json:"partition"`
+
+	// index is the target broker-entry index on that partition.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Index int64 `json:"index"`
+}
+
+// MaintenanceWindow is a recurring period during which the flow takes another state.
+type MaintenanceWindow struct {
+	// schedule is a five-field cron expression (minute hour day-of-month month day-of-week) or a
+	// macro such as @daily, telling when the window starts.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9*?/,A-Za-z-]+( +[0-9*?/,A-Za-z-]+){4})$')",message="schedule must be a five-field cron expression (minute hour day-of-month month day-of-week) or a macro such as @daily"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[0].matches('^(\\\\*|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?(,(\\\\*|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?)*$')",message="schedule minute field must use 0-59"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[1].matches('^(\\\\*|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[0-9]+)?(,(\\\\*|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[0-9]+)?)*$')",message="schedule hour field must use 0-23"
+	Schedule string `json:"schedule"`
+
+	// duration is how long each window lasts, e.g. 2h or 90m.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="duration must be greater than zero"
+	Duration metav1.Duration `json:"duration"`
+
+	// timeZone is the IANA time zone of the schedule, e.g. Europe/Berlin. Defaults to UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'Local' && timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="timeZone must be a known IANA time zone name such as Europe/Berlin"
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// state is the state during the window.
+	// +optional
+	// +kubebuilder:default=Paused
+	State FlowState `json:"state,omitempty"`
+}
+
+// AgentSpec says how to reach the agents in the selected pods.
+type AgentSpec struct {
+	// port is the agent's container port, by name or number. A container port named "subflow"
+	// wins; otherwise this port; otherwise 9470.
+	// +optional
+	Port *intstr.IntOrString `json:"port,omitempty"`
+
+	// tokenSecretRef names the Secret key holding the agents' bearer token. The controller
+	// creates the Secret with a random token when it is missing. Defaults to
+	// subflow-agent-token/token.
+	// +optional
+	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
+}
+
+// SecretKeyRef points at one key of a Secret in the flow's namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key inside the Secret.
+	// +optional
+	// +kubebuilder:default=token
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// SubscriptionFlowStatus is what the controller and the agents observed.
+type SubscriptionFlowStatus struct {
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// revision grows whenever the desired state pushed to agents changes.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// effectiveState is the state in force after overrides and windows.
+	// +optional
+	EffectiveState FlowState `json:"effectiveState,omitempty"`
+
+	// stateSource tells which input decided effectiveState.
+	// +optional
+	StateSource StateSource `json:"stateSource,omitempty"`
+
+	// nextTransitionTime is when a window starts or ends, or the override expires.
+	// +optional
+	NextTransitionTime *metav1.Time `json:"nextTransitionTime,omitempty"`
+
+	// pods counts the selected pods.
+	// +optional
+	Pods PodCounts `json:"pods,omitempty"`
+
+	// consumers counts the consumers the agents reported for this flow.
+	// +optional
+	Consumers ConsumerCounts `json:"consumers,omitempty"`
+
+	// agents lists per-pod detail, unhealthy pods first, at most 50 entries.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	Agents []AgentStatus `json:"agents,omitempty"`
+
+	// seek reports the last seek request.
+	// +optional
+	Seek *SeekStatus `json:"seek,omitempty"`
+
+	// conditions: Ready, Paused, Reconciling, Stalled, SeekCompleted.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PodCounts counts the selected pods.
+type PodCounts struct {
+	// matched pods are selected by spec.selector.
+	Matched int32 `json:"matched"`
+	// synced pods' agents applied the current revision.
+	Synced int32 `json:"synced"`
+	// unreachable pods' agents did not answer.
+	Unreachable int32 `json:"unreachable"`
+}
+
+// ConsumerCounts counts consumers by observed state.
+type ConsumerCounts struct {
+	Total   int32 `json:"total"`
+	Running int32 `json:"running"`
+	Paused  int32 `json:"paused"`
+	Stopped int32 `json:"stopped"`
+	// halted is "paused+stopped/total", shown by kubectl get.
+	// +optional
+	Halted string `json:"halted,omitempty"`
+}
+
+// AgentStatus is one pod's agent as last seen.
+type AgentStatus struct {
+	// pod name.
+	Pod string `json:"pod"`
+	// state: the agent's consumers' common state, Mixed, or Unreachable.
+	// +optional
+	State string `json:"state,omitempty"`
+	// consumers matched in that pod.
+	// +optional
+	Consumers int32 `json:"consumers,omitempty"`
+	// heldMessages the pod's consumers hold behind the gate.
+	// +optional
+	HeldMessages int64 `json:"heldMessages,omitempty"`
+	// lastSyncTime is when the agent last applied the current revision.
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// message explains a problem with this agent.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SeekStatus reports a seek.
+type SeekStatus struct {
+	// id of the seek request.
+	ID string `json:"id"`
+	// executor is the pod whose agent performs the seek.
+	// +optional
+	Executor string `json:"executor,omitempty"`
+	// completionTime is when the seek finished.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// positions are the resolved positions per partition.
+	// +optional
+	// +listType=atomic
+	Positions []SeekPosition `json:"positions,omitempty"`
+	// message explains a failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SeekPosition is where one partition's cursor was put.
+type SeekPosition struct {
+	// partition is -1 for a non-partitioned topic.
+	Partition int32 `json:"partition"`
+	// index requested.
+	Index int64 `json:"index"`
+	// messageID resolved, as ledger:entry:partition:batch.
+	// +optional
+	MessageID string `json:"messageID,omitempty"`
+}
+
+// SubscriptionFlow declares Running, Paused or Stopped for a Pulsar subscription and the pods
+// that consume it, with optional seek, maintenance windows and an on-call override.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sf;sflow,categories=subflow
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.spec.state`
+// +kubebuilder:printcolumn:name="Effective",type=string,JSONPath=`.status.effectiveState`
+// +kubebuilder:printcolumn:name="Paused",type=string,JSONPath=`.status.consumers.halted`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SubscriptionFlow struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired flow.
+	// +required
+	Spec SubscriptionFlowSpec `json:"spec"`
+
+	// status is the observed flow.
+	// +optional
+	Status SubscriptionFlowStatus `json:"status,omitempty"`
+}
+
+// SubscriptionFlowList is a list of SubscriptionFlow.
+// +kubebuilder:object:root=true
+type SubscriptionFlowList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SubscriptionFlow `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SubscriptionFlow{}, &SubscriptionFlowList{})
+}

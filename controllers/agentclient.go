@@ -1,0 +1,130 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// AgentClient talks to the agent in one pod. The reconciler depends on this interface so that
+// unit tests can use a hand-written fake; integration tests use HTTPAgentClient for real.
+type AgentClient interface {
+	PutFlow(ctx context.Context, target AgentTarget, req protocol.FlowRequest) (protocol.FlowStatus, error)
+	DeleteFlow(ctx context.Context, target AgentTarget, uid string) error
+}
+
+// AgentTarget addresses one flow rule in one pod's agent.
+type AgentTarget struct {
+	Pod       string
+	BaseURL   string // http://10.0.0.7:9470
+	Token     string
+	Namespace string // the flow's
+	Name      string // the flow's
+}
+
+func (t AgentTarget) flowURL() string {
+	return fmt.Sprintf("%s%s/flows/%s/%s", t.BaseURL, protocol.PathPrefix, url.PathEscape(t.Namespace), url.PathEscape(t.Name))
+}
+
+// AgentError is an answer from an agent that was not 2xx.
+type AgentError struct {
+	Status  int
+	Reason  string
+	Message string
+}
+
+func (e *AgentError) Error() string {
+	return fmt.Sprintf("agent answered %d %s: %s", e.Status, e.Reason, e.Message)
+}
+
+// IsUnauthorized reports whether the agent refused the token.
+func IsUnauthorized(err error) bool {
+	var agentErr *AgentError
+	return errors.As(err, &agentErr) && (agentErr.Status == http.StatusUnauthorized || agentErr.Status == http.StatusForbidden)
+}
+
+// IsStale reports whether the agent already applied a newer revision.
+func IsStale(err error) bool {
+	var agentErr *AgentError
+	return errors.As(err, &agentErr) && agentErr.Status == http.StatusConflict
+}
+
+// HTTPAgentClient speaks the agent protocol over HTTP with a per-call timeout.
+type HTTPAgentClient struct {
+	HTTP    *http.Client
+	Timeout time.Duration
+}
+
+// NewHTTPAgentClient returns a client with keep-alive connections sized for many pods.
+func NewHTTPAgentClient(timeout time.Duration) *HTTPAgentClient {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 4
+	transport.MaxIdleConns = 2048
+	return &HTTPAgentClient{HTTP: &http.Client{Transport: transport}, Timeout: timeout}
+}
+
+// PutFlow sends the desired state and returns what the agent observed.
+func (c *HTTPAgentClient) PutFlow(ctx context.Context, target AgentTarget, req protocol.FlowRequest) (protocol.FlowStatus, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return protocol.FlowStatus{}, err
+	}
+	var status protocol.FlowStatus
+	err = c.do(ctx, http.MethodPut, target.flowURL(), target.Token, body, &status)
+	return status, err
+}
+
+// DeleteFlow releases the flow's rule in the agent; an agent that never had it answers 404, which is fine.
+func (c *HTTPAgentClient) DeleteFlow(ctx context.Context, target AgentTarget, uid string) error {
+	err := c.do(ctx, http.MethodDelete, target.flowURL()+"?uid="+url.QueryEscape(uid), target.Token, nil, nil)
+	var agentErr *AgentError
+	if errors.As(err, &agentErr) && agentErr.Status == http.StatusNotFound {
+		return nil
+	}
+	return err
+}
+
+func (c *HTTPAgentClient) do(ctx context.Context, method, url, token string, body []byte, into any) error {
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		agentErr := &AgentError{Status: resp.StatusCode}
+		var payload protocol.Error
+		if json.Unmarshal(data, &payload) == nil {
+			agentErr.Reason, agentErr.Message = payload.Reason, payload.Message
+		} else {
+			agentErr.Message = string(data)
+		}
+		return agentErr
+	}
+	if into == nil {
+		return nil
+	}
+	return json.Unmarshal(data, into)
+}

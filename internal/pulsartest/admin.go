@@ -1,0 +1,417 @@
+package pulsartest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+// adminHandler serves the subset of the admin REST API (v2, persistent
+// topics) that subflow uses, with Pulsar's paths and JSON shapes.
+func (b *Broker) adminHandler() http.Handler {
+	const topicPath = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+topicPath+"/internalStats", b.withTopic(b.internalStats))
+	mux.HandleFunc("GET "+topicPath+"/ledger/{ledger}/entry/{entry}", b.withTopic(b.messageByID))
+	mux.HandleFunc("GET "+topicPath+"/getMessageIdByIndex", b.messageIDByIndex)
+	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor", b.resetCursorToID)
+	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", b.resetCursorToTime)
+	mux.HandleFunc("GET "+topicPath+"/stats", b.topicStats)
+	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.topicStats)
+	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
+	mux.HandleFunc("GET "+topicPath+"/partitions", b.partitionMetadata)
+	return mux
+}
+
+func fullFromPath(r *http.Request) string {
+	return "persistent://" + r.PathValue("tenant") + "/" + r.PathValue("namespace") + "/" + r.PathValue("topic")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeReason answers an error the way Pulsar's REST layer does.
+func writeReason(w http.ResponseWriter, status int, reason string) {
+	writeJSON(w, status, map[string]string{"reason": reason})
+}
+
+// withTopic resolves one existing non-partitioned topic or partition.
+func (b *Broker) withTopic(h func(http.ResponseWriter, *http.Request, *topic)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t := b.getTopic(fullFromPath(r), false)
+		if t == nil {
+			writeReason(w, http.StatusNotFound, "Topic not found")
+			return
+		}
+		h(w, r, t)
+	}
+}
+
+func position(ledgerID uint64, entryID int64) string {
+	return fmt.Sprintf("%d:%d", ledgerID, entryID)
+}
+
+// positionBefore is the position just before offset off, as markDelete
+// positions are written.
+func (t *topic) positionBefore(off int) string {
+	if off > 0 {
+		e := t.entries[off-1]
+		return position(e.ledgerID, int64(e.entryID))
+	}
+	if len(t.ledgers) > 0 {
+		return position(t.ledgers[0].id, -1)
+	}
+	return position(0, -1)
+}
+
+func (t *topic) positionAt(off int) string {
+	if off < len(t.entries) {
+		return position(t.entries[off].ledgerID, int64(t.entries[off].entryID))
+	}
+	if len(t.ledgers) == 0 {
+		return position(0, 0)
+	}
+	l := t.ledgers[len(t.ledgers)-1]
+	return position(l.id, int64(l.entries))
+}
+
+type ledgerJSON struct {
+	LedgerID        uint64 `json:"ledgerId"`
+	Entries         int64  `json:"entries"`
+	Size            int64  `json:"size"`
+	Timestamp       int64  `json:"timestamp"`
+	Offloaded       bool   `json:"offloaded"`
+	UnderReplicated bool   `json:"underReplicated"`
+}
+
+type cursorJSON struct {
+	MarkDeletePosition                       string            `json:"markDeletePosition"`
+	ReadPosition                             string            `json:"readPosition"`
+	WaitingReadOp                            bool              `json:"waitingReadOp"`
+	PendingReadOps                           int               `json:"pendingReadOps"`
+	MessagesConsumedCounter                  int64             `json:"messagesConsumedCounter"`
+	CursorLedger                             int64             `json:"cursorLedger"`
+	CursorLedgerLastEntry                    int64             `json:"cursorLedgerLastEntry"`
+	IndividuallyDeletedMessages              string            `json:"individuallyDeletedMessages"`
+	State                                    string            `json:"state"`
+	Active                                   bool              `json:"active"`
+	NumberOfEntriesSinceFirstNotAckedMessage int64             `json:"numberOfEntriesSinceFirstNotAckedMessage"`
+	TotalNonContiguousDeletedMessagesRange   int               `json:"totalNonContiguousDeletedMessagesRange"`
+	Properties                               map[string]string `json:"properties"`
+}
+
+type internalStatsJSON struct {
+	EntriesAddedCounter        int64                 `json:"entriesAddedCounter"`
+	NumberOfEntries            int64                 `json:"numberOfEntries"`
+	TotalSize                  int64                 `json:"totalSize"`
+	CurrentLedgerEntries       int64                 `json:"currentLedgerEntries"`
+	CurrentLedgerSize          int64                 `json:"currentLedgerSize"`
+	LastLedgerCreatedTimestamp string                `json:"lastLedgerCreatedTimestamp"`
+	WaitingCursorsCount        int                   `json:"waitingCursorsCount"`
+	PendingAddEntriesCount     int                   `json:"pendingAddEntriesCount"`
+	LastConfirmedEntry         string                `json:"lastConfirmedEntry"`
+	State                      string                `json:"state"`
+	Ledgers                    []ledgerJSON          `json:"ledgers"`
+	Cursors                    map[string]cursorJSON `json:"cursors"`
+}
+
+// internalStats mirrors PersistentTopicInternalStats. As in Pulsar, the
+// open (last) ledger lists 0 entries; its count is currentLedgerEntries.
+func (b *Broker) internalStats(w http.ResponseWriter, _ *http.Request, t *topic) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := internalStatsJSON{
+		EntriesAddedCounter: int64(len(t.entries)),
+		NumberOfEntries:     int64(len(t.entries)),
+		TotalSize:           t.size,
+		LastConfirmedEntry:  t.positionBefore(len(t.entries)),
+		State:               "LedgerOpened",
+		Ledgers:             []ledgerJSON{},
+		Cursors:             map[string]cursorJSON{},
+	}
+	for i, l := range t.ledgers {
+		lj := ledgerJSON{LedgerID: l.id, Entries: int64(l.entries), Size: l.size, Timestamp: l.created.UnixMilli()}
+		if i == len(t.ledgers)-1 {
+			out.CurrentLedgerEntries, out.CurrentLedgerSize = lj.Entries, lj.Size
+			out.LastLedgerCreatedTimestamp = l.created.UTC().Format("2006-01-02T15:04:05.000Z")
+			lj.Entries, lj.Size = 0, 0
+		}
+		out.Ledgers = append(out.Ledgers, lj)
+	}
+	for name, s := range t.subs {
+		if !s.durable {
+			continue
+		}
+		out.Cursors[name] = cursorJSON{
+			MarkDeletePosition:                       t.positionBefore(s.markDelete),
+			ReadPosition:                             t.positionAt(s.readPos),
+			MessagesConsumedCounter:                  s.ackedMsgs,
+			CursorLedger:                             -1,
+			CursorLedgerLastEntry:                    -1,
+			IndividuallyDeletedMessages:              "[]",
+			State:                                    "Open",
+			Active:                                   len(s.consumers) > 0,
+			NumberOfEntriesSinceFirstNotAckedMessage: int64(s.readPos - s.markDelete),
+			TotalNonContiguousDeletedMessagesRange:   len(s.acked),
+			Properties:                               map[string]string{},
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// messageByID answers like Pulsar's get-message-by-id: the payload (a whole
+// batch for batched entries) as the body and the metadata as headers.
+func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
+	ledgerID, err1 := strconv.ParseUint(r.PathValue("ledger"), 10, 64)
+	entryID, err2 := strconv.ParseUint(r.PathValue("entry"), 10, 64)
+	if err1 != nil || err2 != nil {
+		writeReason(w, http.StatusBadRequest, "invalid ledger or entry id")
+		return
+	}
+	t.mu.Lock()
+	off, ok := t.offsetOf(ledgerID, entryID)
+	var e *entry
+	if ok {
+		e = t.entries[off]
+	}
+	t.mu.Unlock()
+	if e == nil {
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("Message id %d:%d not found", ledgerID, entryID))
+		return
+	}
+	h := w.Header()
+	set := func(k, v string) { h[k] = []string{v} } // Pulsar's spelling, not canonicalised
+	set("Content-Type", "application/octet-stream")
+	set("X-Pulsar-Message-ID", position(e.ledgerID, int64(e.entryID)))
+	set("X-Pulsar-publish-time", time.UnixMilli(e.publishTime).UTC().Format("2006-01-02T15:04:05.000Z"))
+	set("X-Pulsar-producer-name", e.meta.GetProducerName())
+	set("X-Pulsar-sequence-id", strconv.FormatUint(e.meta.GetSequenceId(), 10))
+	if e.meta.PartitionKey != nil {
+		set("X-Pulsar-partition-key", e.meta.GetPartitionKey())
+	}
+	if e.meta.NumMessagesInBatch != nil {
+		set("X-Pulsar-num-batch-message", strconv.Itoa(int(e.messages)))
+		set("X-Pulsar-batch-size", strconv.Itoa(len(e.payload)))
+	}
+	for _, kv := range e.meta.GetProperties() {
+		set("X-Pulsar-PROPERTY-"+kv.GetKey(), kv.GetValue())
+	}
+	set("X-Pulsar-Broker-Entry-METADATA-timestamp", strconv.FormatInt(e.brokerTime, 10))
+	if !b.opts.DisableIndexMetadata {
+		set("X-Pulsar-Broker-Entry-METADATA-index", strconv.FormatInt(e.lastIndex, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(e.payload)
+}
+
+type messageIDJSON struct {
+	LedgerID       int64  `json:"ledgerId"`
+	EntryID        int64  `json:"entryId"`
+	PartitionIndex int32  `json:"partitionIndex"`
+	BatchIndex     *int32 `json:"batchIndex,omitempty"`
+}
+
+// messageIDByIndex is PIP-415: the id of the entry holding the message with
+// that broker-entry index (the first one after it when the index is gone).
+func (b *Broker) messageIDByIndex(w http.ResponseWriter, r *http.Request) {
+	if b.opts.DisableIndexLookup {
+		http.NotFound(w, r) // the endpoint does not exist before PIP-415
+		return
+	}
+	if b.opts.DisableIndexMetadata {
+		writeReason(w, http.StatusPreconditionFailed, "Broker entry metadata is not enabled")
+		return
+	}
+	index, err := strconv.ParseInt(r.URL.Query().Get("index"), 10, 64)
+	if err != nil || index < 0 {
+		writeReason(w, http.StatusBadRequest, "index must be a non-negative integer")
+		return
+	}
+	t := b.getTopic(fullFromPath(r), false)
+	if t == nil {
+		writeReason(w, http.StatusNotFound, "Topic not found")
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	off := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].lastIndex >= index })
+	if off == len(t.entries) {
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("Message with index %d not found", index))
+		return
+	}
+	e := t.entries[off]
+	out := messageIDJSON{LedgerID: int64(e.ledgerID), EntryID: int64(e.entryID), PartitionIndex: t.partition}
+	if first := e.lastIndex - int64(e.messages) + 1; e.messages > 1 && index >= first {
+		bi := int32(index - first)
+		out.BatchIndex = &bi
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// resetTargets resolves the topics a reset applies to: the topic, or the
+// partition named by partitionIndex, or all partitions when it is -1.
+func (b *Broker) resetTargets(r *http.Request, partition int32) []*topic {
+	full := fullFromPath(r)
+	if n := b.partitionsOf(full); n > 0 {
+		if partition >= 0 && int(partition) < n {
+			return []*topic{b.getTopic(partitionName(full, int(partition)), true)}
+		}
+		return b.topicsNamed(full)
+	}
+	if t := b.getTopic(full, false); t != nil {
+		return []*topic{t}
+	}
+	return nil
+}
+
+func (b *Broker) resetCursorToID(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	id := messageIDJSON{PartitionIndex: -1}
+	if err := json.Unmarshal(body, &id); err != nil {
+		writeReason(w, http.StatusBadRequest, "invalid message id: "+err.Error())
+		return
+	}
+	excluded := r.URL.Query().Get("isExcluded") == "true"
+	b.resetCursor(w, r, id.PartitionIndex, func(t *topic) int {
+		off := t.offsetForStart(&pb.MessageIdData{LedgerId: ptr(uint64(id.LedgerID)), EntryId: ptr(uint64(id.EntryID))})
+		if excluded && off < len(t.entries) && t.entries[off].ledgerID == uint64(id.LedgerID) && t.entries[off].entryID == uint64(id.EntryID) {
+			off++
+		}
+		return off
+	})
+}
+
+func (b *Broker) resetCursorToTime(w http.ResponseWriter, r *http.Request) {
+	ms, err := strconv.ParseInt(r.PathValue("timestamp"), 10, 64)
+	if err != nil {
+		writeReason(w, http.StatusBadRequest, "invalid timestamp")
+		return
+	}
+	b.resetCursor(w, r, -1, func(t *topic) int { return t.offsetForTime(ms) })
+}
+
+func (b *Broker) resetCursor(w http.ResponseWriter, r *http.Request, partition int32, target func(*topic) int) {
+	topics := b.resetTargets(r, partition)
+	if len(topics) == 0 {
+		writeReason(w, http.StatusNotFound, "Topic not found")
+		return
+	}
+	name := r.PathValue("sub")
+	found := false
+	for _, t := range topics {
+		t.mu.Lock()
+		if s := t.subs[name]; s != nil {
+			found = true
+			s.resetCursor(target(t))
+		}
+		t.mu.Unlock()
+	}
+	if !found {
+		writeReason(w, http.StatusNotFound, "Subscription not found")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type consumerStatsJSON struct {
+	ConsumerName                 string `json:"consumerName"`
+	AvailablePermits             int64  `json:"availablePermits"`
+	UnackedMessages              int64  `json:"unackedMessages"`
+	MsgOutCounter                int64  `json:"msgOutCounter"`
+	BlockedConsumerOnUnackedMsgs bool   `json:"blockedConsumerOnUnackedMsgs"`
+	Address                      string `json:"address"`
+}
+
+type subscriptionStatsJSON struct {
+	MsgOutCounter   int64               `json:"msgOutCounter"`
+	MsgBacklog      int64               `json:"msgBacklog"`
+	UnackedMessages int64               `json:"unackedMessages"`
+	Type            string              `json:"type"`
+	IsDurable       bool                `json:"isDurable"`
+	Consumers       []consumerStatsJSON `json:"consumers"`
+}
+
+type publisherJSON struct {
+	ProducerID   uint64 `json:"producerId"`
+	ProducerName string `json:"producerName"`
+	Address      string `json:"address"`
+}
+
+type topicStatsJSON struct {
+	MsgInCounter  int64                            `json:"msgInCounter"`
+	MsgOutCounter int64                            `json:"msgOutCounter"`
+	StorageSize   int64                            `json:"storageSize"`
+	Publishers    []publisherJSON                  `json:"publishers"`
+	Subscriptions map[string]subscriptionStatsJSON `json:"subscriptions"`
+}
+
+// topicStats mirrors TopicStats; for a partitioned topic it aggregates the
+// partitions like partitioned-stats.
+func (b *Broker) topicStats(w http.ResponseWriter, r *http.Request) {
+	topics := b.topicsNamed(fullFromPath(r))
+	if len(topics) == 0 {
+		writeReason(w, http.StatusNotFound, "Topic not found")
+		return
+	}
+	out := topicStatsJSON{Publishers: []publisherJSON{}, Subscriptions: map[string]subscriptionStatsJSON{}}
+	for _, t := range topics {
+		t.mu.Lock()
+		out.MsgInCounter += t.msgIn
+		out.StorageSize += t.size
+		for p := range t.producers {
+			out.Publishers = append(out.Publishers, publisherJSON{ProducerID: p.id, ProducerName: p.name, Address: p.conn.nc.RemoteAddr().String()})
+		}
+		for name, s := range t.subs {
+			ss := out.Subscriptions[name]
+			ss.Type, ss.IsDurable = subTypeName(s.kind), s.durable
+			ss.MsgOutCounter += s.dispatched
+			ss.MsgBacklog += s.backlog()
+			out.MsgOutCounter += s.dispatched
+			for _, c := range s.consumers {
+				ss.UnackedMessages += c.unackedMsgs
+				ss.Consumers = append(ss.Consumers, consumerStatsJSON{
+					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: c.unackedMsgs,
+					MsgOutCounter: c.dispatched, Address: c.conn.nc.RemoteAddr().String(),
+				})
+			}
+			if ss.Consumers == nil {
+				ss.Consumers = []consumerStatsJSON{}
+			}
+			out.Subscriptions[name] = ss
+		}
+		t.mu.Unlock()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func subTypeName(k subType) string { return k.String() }
+
+func (b *Broker) createPartitions(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
+	if err != nil {
+		writeReason(w, http.StatusBadRequest, "body must be the number of partitions")
+		return
+	}
+	if err := b.CreatePartitionedTopic(fullFromPath(r), n); err != nil {
+		writeReason(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (b *Broker) partitionMetadata(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]int{"partitions": b.partitionsOf(fullFromPath(r))})
+}

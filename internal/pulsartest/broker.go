@@ -1,0 +1,322 @@
+package pulsartest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Options change how the broker behaves; the zero value is a broker with
+// index metadata and getMessageIdByIndex enabled.
+type Options struct {
+	EntriesPerLedger     int  // ledger rollover; 0 means 10000
+	DisableIndexMetadata bool // model a broker without AppendIndexMetadataInterceptor (no broker-entry index, Message.Index() nil; admin getMessageIdByIndex answers 412)
+	DisableIndexLookup   bool // model a broker before PIP-415: getMessageIdByIndex answers 404
+}
+
+// Broker is a running test broker.
+type Broker struct {
+	opts      Options
+	binary    net.Listener
+	admin     *http.Server
+	adminAddr string
+	latency   atomic.Int64 // nanoseconds added before handling each command
+
+	nextLedger   atomic.Uint64
+	nextConnID   atomic.Uint64
+	nextProducer atomic.Uint64
+
+	mu          sync.Mutex
+	topics      map[string]*topic // by full name; partitions have their own entry
+	partitioned map[string]int    // base full name -> partitions
+	conns       map[*conn]struct{}
+	closed      bool
+
+	flowMu sync.Mutex
+	flows  []Flow
+
+	wg sync.WaitGroup
+}
+
+// Flow is one FLOW command as the broker received it.
+type Flow struct {
+	Time         time.Time
+	Topic        string // full name of the (partition) topic
+	Subscription string
+	ConsumerName string
+	ConsumerID   uint64
+	Conn         uint64
+	Permits      uint32
+}
+
+// Start starts a broker for a test and closes it when the test ends.
+func Start(tb testing.TB, opts ...Options) *Broker {
+	tb.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	b, err := New(o)
+	if err != nil {
+		tb.Fatalf("start pulsar test broker: %v", err)
+	}
+	tb.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// New starts a broker on 127.0.0.1 random ports.
+func New(opts Options) (*Broker, error) {
+	if opts.EntriesPerLedger <= 0 {
+		opts.EntriesPerLedger = 10000
+	}
+	bin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = bin.Close()
+		return nil, err
+	}
+	b := &Broker{
+		opts:        opts,
+		binary:      bin,
+		adminAddr:   adminLn.Addr().String(),
+		topics:      map[string]*topic{},
+		partitioned: map[string]int{},
+		conns:       map[*conn]struct{}{},
+	}
+	b.nextLedger.Store(10) // ledger ids look like BookKeeper's: small, unique, increasing
+	b.admin = &http.Server{Handler: b.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.acceptLoop() }()
+	go func() { defer b.wg.Done(); _ = b.admin.Serve(adminLn) }()
+	return b, nil
+}
+
+// ServiceURL is the binary protocol URL for pulsar.ClientOptions.URL.
+func (b *Broker) ServiceURL() string { return "pulsar://" + b.binary.Addr().String() }
+
+// AdminURL is the base URL of the admin REST API.
+func (b *Broker) AdminURL() string { return "http://" + b.adminAddr }
+
+// Close stops both listeners and drops every connection.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	err := b.binary.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = errors.Join(err, b.admin.Shutdown(ctx))
+	b.DropConnections()
+	b.wg.Wait()
+	return err
+}
+
+func (b *Broker) acceptLoop() {
+	for {
+		nc, err := b.binary.Accept()
+		if err != nil {
+			return
+		}
+		c := b.newConn(nc)
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			_ = nc.Close()
+			continue
+		}
+		b.conns[c] = struct{}{}
+		b.mu.Unlock()
+		b.wg.Add(2)
+		go func() { defer b.wg.Done(); c.writeLoop() }()
+		go func() { defer b.wg.Done(); c.readLoop(bufio.NewReaderSize(nc, 64*1024)) }()
+	}
+}
+
+func (b *Broker) forgetConn(c *conn) {
+	b.mu.Lock()
+	delete(b.conns, c)
+	b.mu.Unlock()
+}
+
+// CreatePartitionedTopic declares a partitioned topic; its partitions are
+// created on first use like any topic.
+func (b *Broker) CreatePartitionedTopic(topic string, partitions int) error {
+	tn, err := parseTopic(topic)
+	if err != nil {
+		return err
+	}
+	if partitions < 1 || tn.partition >= 0 {
+		return fmt.Errorf("cannot partition %q into %d", topic, partitions)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.partitioned[tn.full]; ok {
+		return fmt.Errorf("partitioned topic %q already exists", tn.full)
+	}
+	if _, ok := b.topics[tn.full]; ok {
+		return fmt.Errorf("topic %q already exists as non-partitioned", tn.full)
+	}
+	b.partitioned[tn.full] = partitions
+	return nil
+}
+
+func (b *Broker) partitionsOf(full string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.partitioned[full]
+}
+
+// getTopic returns the topic, creating it unless create is false.
+func (b *Broker) getTopic(full string, create bool) *topic {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.topics[full]
+	if t == nil && create {
+		tn, _ := parseTopic(full)
+		t = newTopic(b, tn)
+		b.topics[full] = t
+	}
+	return t
+}
+
+// topicsNamed returns the topic itself or, for a partitioned base name, its
+// existing partitions.
+func (b *Broker) topicsNamed(name string) []*topic {
+	full := mustFull(name)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n, ok := b.partitioned[full]; ok {
+		var out []*topic
+		for i := 0; i < n; i++ {
+			if t := b.topics[partitionName(full, i)]; t != nil {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	if t := b.topics[full]; t != nil {
+		return []*topic{t}
+	}
+	return nil
+}
+
+func (b *Broker) topicsInNamespace(namespace string) []string {
+	prefix := "persistent://" + namespace + "/"
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := map[string]bool{}
+	for full := range b.topics {
+		if strings.HasPrefix(full, prefix) {
+			names[full] = true
+		}
+	}
+	for base, n := range b.partitioned {
+		if strings.HasPrefix(base, prefix) {
+			for i := 0; i < n; i++ {
+				names[partitionName(base, i)] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(names))
+}
+
+func (b *Broker) allTopics() []*topic {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		out = append(out, t)
+	}
+	return out
+}
+
+func (b *Broker) recordFlow(f Flow) {
+	b.flowMu.Lock()
+	b.flows = append(b.flows, f)
+	b.flowMu.Unlock()
+}
+
+// Flows returns every FLOW received from the subscription's consumers, in
+// arrival order; a partitioned topic's base name includes all partitions.
+func (b *Broker) Flows(topic, subscription string) []Flow {
+	full := mustFull(topic)
+	b.flowMu.Lock()
+	defer b.flowMu.Unlock()
+	var out []Flow
+	for _, f := range b.flows {
+		if f.Subscription != subscription {
+			continue
+		}
+		if f.Topic == full || mustBase(f.Topic) == full {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func mustBase(full string) string {
+	tn, err := parseTopic(full)
+	if err != nil {
+		return full
+	}
+	return tn.base()
+}
+
+// SetLatency delays the handling of every command received from now on.
+func (b *Broker) SetLatency(d time.Duration) { b.latency.Store(int64(d)) }
+
+// DropConnections closes every client connection; clients reconnect.
+func (b *Broker) DropConnections() {
+	b.mu.Lock()
+	conns := make([]*conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// UnloadTopic closes the producers and consumers of a topic (every partition
+// of a partitioned one), as a broker does when a bundle moves; they reconnect.
+func (b *Broker) UnloadTopic(topic string) error {
+	topics := b.topicsNamed(topic)
+	if len(topics) == 0 {
+		return fmt.Errorf("topic %q not found", topic)
+	}
+	for _, t := range topics {
+		t.unload()
+	}
+	return nil
+}
+
+// CloseConsumer closes, from the broker side, the consumers with that name on
+// the subscription; the client reconnects them.
+func (b *Broker) CloseConsumer(topic, subscription, consumerName string) error {
+	closed := 0
+	for _, t := range b.topicsNamed(topic) {
+		closed += t.closeConsumers(subscription, func(c *consumer) bool { return c.name == consumerName })
+	}
+	if closed == 0 {
+		return fmt.Errorf("no consumer %q on %s/%s", consumerName, topic, subscription)
+	}
+	return nil
+}

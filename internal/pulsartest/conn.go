@@ -1,0 +1,268 @@
+package pulsartest
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+// conn is one client connection. Frames are queued by any goroutine and
+// written by writeLoop in batches, one write per batch.
+type conn struct {
+	id uint64
+	b  *Broker
+	nc net.Conn
+
+	writeMu sync.Mutex // leaf lock
+	out     []byte
+	spare   []byte
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	mu        sync.Mutex // guards consumers and producers; taken after topic.mu
+	consumers map[uint64]*consumer
+	producers map[uint64]*producer
+
+	entryMetadata bool // the client announced supports_broker_entry_metadata
+}
+
+func (b *Broker) newConn(nc net.Conn) *conn {
+	return &conn{
+		id:        b.nextConnID.Add(1),
+		b:         b,
+		nc:        nc,
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		consumers: map[uint64]*consumer{},
+		producers: map[uint64]*producer{},
+	}
+}
+
+// send queues a frame; it never blocks on the network.
+func (c *conn) send(cmd *pb.BaseCommand, payload ...[]byte) {
+	c.writeMu.Lock()
+	if c.closed {
+		c.writeMu.Unlock()
+		return
+	}
+	c.out = appendFrame(c.out, cmd, payload...)
+	c.writeMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+		}
+		c.writeMu.Lock()
+		batch := c.out
+		c.out, c.spare = c.spare[:0], nil // the two buffers never alias
+		c.writeMu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if _, err := c.nc.Write(batch); err != nil {
+			c.close()
+			return
+		}
+		c.writeMu.Lock()
+		if cap(batch) <= 1<<20 { // keep the buffer unless a burst made it huge
+			c.spare = batch[:0]
+		}
+		c.writeMu.Unlock()
+	}
+}
+
+// close ends the connection and removes its consumers and producers.
+func (c *conn) close() {
+	c.writeMu.Lock()
+	if c.closed {
+		c.writeMu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	c.writeMu.Unlock()
+	_ = c.nc.Close()
+	c.b.forgetConn(c)
+
+	c.mu.Lock()
+	consumers := make([]*consumer, 0, len(c.consumers))
+	for _, cons := range c.consumers {
+		consumers = append(consumers, cons)
+	}
+	producers := make([]*producer, 0, len(c.producers))
+	for _, p := range c.producers {
+		producers = append(producers, p)
+	}
+	c.mu.Unlock()
+	for _, cons := range consumers {
+		cons.sub.t.removeConsumer(cons)
+	}
+	for _, p := range producers {
+		p.t.removeProducer(p)
+	}
+}
+
+func (c *conn) isClosed() bool {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	return c.closed
+}
+
+func (c *conn) readLoop(r *bufio.Reader) {
+	defer c.close()
+	if !c.handshake(r) {
+		return
+	}
+	for {
+		cmd, payload, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if d := time.Duration(c.b.latency.Load()); d > 0 {
+			time.Sleep(d) // injected fault: the broker is slow to handle commands
+		}
+		c.handle(cmd, payload)
+	}
+}
+
+func (c *conn) handshake(r *bufio.Reader) bool {
+	_ = c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	cmd, _, err := readFrame(r)
+	_ = c.nc.SetReadDeadline(time.Time{})
+	if err != nil || cmd.GetType() != pb.BaseCommand_CONNECT {
+		return false
+	}
+	c.entryMetadata = cmd.GetConnect().GetFeatureFlags().GetSupportsBrokerEntryMetadata()
+	version := cmd.GetConnect().GetProtocolVersion()
+	if version > 21 {
+		version = 21
+	}
+	c.send(&pb.BaseCommand{
+		Type: pb.BaseCommand_CONNECTED.Enum(),
+		Connected: &pb.CommandConnected{
+			ServerVersion:   proto.String("subflow-pulsartest"),
+			ProtocolVersion: proto.Int32(version),
+			MaxMessageSize:  proto.Int32(maxMessageSizeHint),
+		},
+	})
+	return true
+}
+
+func (c *conn) handle(cmd *pb.BaseCommand, payload []byte) {
+	switch cmd.GetType() {
+	case pb.BaseCommand_PING:
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+	case pb.BaseCommand_PONG:
+	case pb.BaseCommand_PARTITIONED_METADATA:
+		c.handlePartitionedMetadata(cmd.GetPartitionMetadata())
+	case pb.BaseCommand_LOOKUP:
+		c.handleLookup(cmd.GetLookupTopic())
+	case pb.BaseCommand_PRODUCER:
+		c.handleProducer(cmd.GetProducer())
+	case pb.BaseCommand_SEND:
+		c.handleSend(cmd.GetSend(), payload)
+	case pb.BaseCommand_CLOSE_PRODUCER:
+		c.handleCloseProducer(cmd.GetCloseProducer())
+	case pb.BaseCommand_SUBSCRIBE:
+		c.handleSubscribe(cmd.GetSubscribe())
+	case pb.BaseCommand_FLOW:
+		c.handleFlow(cmd.GetFlow())
+	case pb.BaseCommand_ACK:
+		c.handleAck(cmd.GetAck())
+	case pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES:
+		c.handleRedeliver(cmd.GetRedeliverUnacknowledgedMessages())
+	case pb.BaseCommand_SEEK:
+		c.handleSeek(cmd.GetSeek())
+	case pb.BaseCommand_GET_LAST_MESSAGE_ID:
+		c.handleGetLastMessageID(cmd.GetGetLastMessageId())
+	case pb.BaseCommand_CLOSE_CONSUMER:
+		c.handleCloseConsumer(cmd.GetCloseConsumer())
+	case pb.BaseCommand_UNSUBSCRIBE:
+		c.handleUnsubscribe(cmd.GetUnsubscribe())
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
+		c.handleTopicsOfNamespace(cmd.GetGetTopicsOfNamespace())
+	default:
+		// Commands outside the subset (schemas, transactions, stats) are
+		// ignored; the client times such requests out.
+	}
+}
+
+func (c *conn) sendSuccess(requestID uint64) {
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(requestID)}})
+}
+
+func (c *conn) sendError(requestID uint64, code pb.ServerError, msg string) {
+	c.send(&pb.BaseCommand{
+		Type:  pb.BaseCommand_ERROR.Enum(),
+		Error: &pb.CommandError{RequestId: proto.Uint64(requestID), Error: code.Enum(), Message: proto.String(msg)},
+	})
+}
+
+func (c *conn) handlePartitionedMetadata(req *pb.CommandPartitionedTopicMetadata) {
+	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(req.GetRequestId())}
+	tn, err := parseTopic(req.GetTopic())
+	if err != nil {
+		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
+		resp.Error = pb.ServerError_InvalidTopicName.Enum()
+		resp.Message = proto.String(err.Error())
+	} else {
+		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Success.Enum()
+		resp.Partitions = proto.Uint32(uint32(c.b.partitionsOf(tn.full)))
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: resp})
+}
+
+func (c *conn) handleLookup(req *pb.CommandLookupTopic) {
+	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(req.GetRequestId())}
+	if _, err := parseTopic(req.GetTopic()); err != nil {
+		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
+		resp.Error = pb.ServerError_InvalidTopicName.Enum()
+		resp.Message = proto.String(err.Error())
+	} else {
+		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
+		resp.BrokerServiceUrl = proto.String(c.b.ServiceURL())
+		resp.Authoritative = proto.Bool(true)
+		resp.ProxyThroughServiceUrl = proto.Bool(false)
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+}
+
+func (c *conn) consumer(id uint64) *consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumers[id]
+}
+
+func (c *conn) producer(id uint64) *producer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.producers[id]
+}
+
+// handleTopicsOfNamespace lists the namespace's topics for regex consumers:
+// non-partitioned topics and every partition of partitioned ones, unfiltered.
+func (c *conn) handleTopicsOfNamespace(req *pb.CommandGetTopicsOfNamespace) {
+	c.send(&pb.BaseCommand{
+		Type: pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE.Enum(),
+		GetTopicsOfNamespaceResponse: &pb.CommandGetTopicsOfNamespaceResponse{
+			RequestId: proto.Uint64(req.GetRequestId()),
+			Topics:    c.b.topicsInNamespace(req.GetNamespace()),
+			Filtered:  proto.Bool(false),
+			Changed:   proto.Bool(true),
+		},
+	})
+}

@@ -1,0 +1,92 @@
+package pulsartest
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+func (c *conn) handleProducer(req *pb.CommandProducer) {
+	reqID := req.GetRequestId()
+	tn, err := parseTopic(req.GetTopic())
+	if err != nil {
+		c.sendError(reqID, pb.ServerError_InvalidTopicName, err.Error())
+		return
+	}
+	if c.b.partitionsOf(tn.full) > 0 {
+		c.sendError(reqID, pb.ServerError_InvalidTopicName, "produce to the partitions of a partitioned topic")
+		return
+	}
+	name := req.GetProducerName()
+	if name == "" {
+		name = fmt.Sprintf("pulsartest-%d", c.b.nextProducer.Add(1))
+	}
+	t := c.b.getTopic(tn.full, true)
+	p := &producer{id: req.GetProducerId(), name: name, conn: c, t: t}
+	last, ok := t.addProducer(p)
+	if !ok {
+		c.sendError(reqID, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", name))
+		return
+	}
+	c.mu.Lock()
+	c.producers[p.id] = p
+	c.mu.Unlock()
+	if c.isClosed() { // the connection closed meanwhile: no ghost producer
+		t.removeProducer(p)
+		return
+	}
+	c.send(&pb.BaseCommand{
+		Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(),
+		ProducerSuccess: &pb.CommandProducerSuccess{
+			RequestId:      proto.Uint64(reqID),
+			ProducerName:   proto.String(name),
+			LastSequenceId: proto.Int64(last),
+			TopicEpoch:     proto.Uint64(0),
+			ProducerReady:  proto.Bool(true),
+		},
+	})
+}
+
+func (c *conn) handleSend(req *pb.CommandSend, payload []byte) {
+	p := c.producer(req.GetProducerId())
+	if p == nil {
+		c.send(&pb.BaseCommand{
+			Type: pb.BaseCommand_SEND_ERROR.Enum(),
+			SendError: &pb.CommandSendError{
+				ProducerId: proto.Uint64(req.GetProducerId()), SequenceId: proto.Uint64(req.GetSequenceId()),
+				Error: pb.ServerError_ServiceNotReady.Enum(), Message: proto.String("producer not found"),
+			},
+		})
+		return
+	}
+	id, err := p.t.append(p, req, payload)
+	if err != nil {
+		c.send(&pb.BaseCommand{
+			Type: pb.BaseCommand_SEND_ERROR.Enum(),
+			SendError: &pb.CommandSendError{
+				ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(req.GetSequenceId()),
+				Error: pb.ServerError_ChecksumError.Enum(), Message: proto.String(err.Error()),
+			},
+		})
+		return
+	}
+	if id == nil { // duplicate of a stored send: acknowledge it as deduplicated
+		id = &pb.MessageIdData{LedgerId: proto.Uint64(^uint64(0)), EntryId: proto.Uint64(^uint64(0)), Partition: proto.Int32(p.t.partition)}
+	}
+	c.send(&pb.BaseCommand{
+		Type: pb.BaseCommand_SEND_RECEIPT.Enum(),
+		SendReceipt: &pb.CommandSendReceipt{
+			ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(req.GetSequenceId()),
+			MessageId: id, HighestSequenceId: proto.Uint64(req.GetHighestSequenceId()),
+		},
+	})
+}
+
+func (c *conn) handleCloseProducer(req *pb.CommandCloseProducer) {
+	if p := c.producer(req.GetProducerId()); p != nil {
+		p.t.removeProducer(p)
+	}
+	c.sendSuccess(req.GetRequestId())
+}

@@ -1,0 +1,292 @@
+package pulsartest
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+// entry is one stored SEND: a single message or a batch.
+type entry struct {
+	ledgerID, entryID uint64
+	data              []byte // checksum, metadata and payload exactly as the producer sent them
+	brokerMeta        []byte // encoded broker-entry section, sent before data
+	messages          int32
+	publishTime       int64 // ms, from the message metadata
+	brokerTime        int64 // ms, when the broker stored it
+	lastIndex         int64 // broker-entry index of the entry's last message
+	key               string
+	meta              *pb.MessageMetadata
+	payload           []byte // data after the metadata
+}
+
+type ledgerInfo struct {
+	id      uint64
+	first   int // offset of its first entry
+	entries int
+	size    int64
+	created time.Time
+}
+
+// topic is one non-partitioned topic or one partition. Its mutex guards the
+// storage, the subscriptions and their consumers: dispatch, acks and permit
+// accounting of a topic are serialised, which keeps the permit invariant
+// exact without the deferred updates the Java broker needs.
+type topic struct {
+	b         *Broker
+	name      topicName
+	partition int32
+
+	mu        sync.Mutex
+	entries   []*entry
+	ledgers   []ledgerInfo
+	lastIndex int64
+	size      int64
+	subs      map[string]*subscription
+	producers map[*producer]struct{}
+	lastSeq   map[string]int64 // per producer name, for deduplication across reconnects
+	msgIn     int64
+}
+
+type producer struct {
+	id   uint64
+	name string
+	conn *conn
+	t    *topic
+}
+
+func newTopic(b *Broker, tn topicName) *topic {
+	return &topic{
+		b:         b,
+		name:      tn,
+		partition: int32(tn.partition),
+		lastIndex: -1,
+		subs:      map[string]*subscription{},
+		producers: map[*producer]struct{}{},
+		lastSeq:   map[string]int64{},
+	}
+}
+
+// position of an offset, as a message id.
+func (t *topic) idOf(off int) *pb.MessageIdData {
+	e := t.entries[off]
+	return &pb.MessageIdData{LedgerId: proto.Uint64(e.ledgerID), EntryId: proto.Uint64(e.entryID), Partition: proto.Int32(t.partition)}
+}
+
+// offsetAtOrAfter returns the offset of the first entry at or after the
+// position; len(entries) when there is none.
+func (t *topic) offsetAtOrAfter(ledgerID, entryID uint64) int {
+	return sort.Search(len(t.entries), func(i int) bool {
+		e := t.entries[i]
+		return e.ledgerID > ledgerID || (e.ledgerID == ledgerID && e.entryID >= entryID)
+	})
+}
+
+// offsetOf returns the offset of the entry at exactly that position.
+func (t *topic) offsetOf(ledgerID, entryID uint64) (int, bool) {
+	off := t.offsetAtOrAfter(ledgerID, entryID)
+	if off < len(t.entries) && t.entries[off].ledgerID == ledgerID && t.entries[off].entryID == entryID {
+		return off, true
+	}
+	return off, false
+}
+
+// offsetForStart maps a start or seek message id to the offset to read next;
+// the entry of the id itself is included, the client discards what it must.
+func (t *topic) offsetForStart(id *pb.MessageIdData) int {
+	const latest = uint64(1<<63 - 1)
+	switch l := id.GetLedgerId(); {
+	case l == ^uint64(0): // earliest
+		return 0
+	case l >= latest:
+		return len(t.entries)
+	default:
+		return t.offsetAtOrAfter(l, id.GetEntryId())
+	}
+}
+
+// offsetForTime is the first entry published at or after ms.
+func (t *topic) offsetForTime(ms int64) int {
+	return sort.Search(len(t.entries), func(i int) bool { return t.entryTime(t.entries[i]) >= ms })
+}
+
+// entryTime is the time a seek by time compares, like the Java message
+// finder: the broker timestamp when there is one, else the publish time.
+func (t *topic) entryTime(e *entry) int64 {
+	if e.brokerTime > 0 {
+		return e.brokerTime
+	}
+	return e.publishTime
+}
+
+func (t *topic) currentLedger(now time.Time) *ledgerInfo {
+	n := len(t.ledgers)
+	if n == 0 || t.ledgers[n-1].entries >= t.b.opts.EntriesPerLedger {
+		t.ledgers = append(t.ledgers, ledgerInfo{id: t.b.nextLedger.Add(1), first: len(t.entries), created: now})
+		n++
+	}
+	return &t.ledgers[n-1]
+}
+
+// append stores a SEND and dispatches it; it returns the entry's id, or
+// nil when the sequence id shows a duplicate of an already stored send.
+func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.MessageIdData, error) {
+	meta, payload, err := parseSendPayload(data)
+	if err != nil {
+		return nil, err
+	}
+	messages := send.GetNumMessages()
+	if meta.NumMessagesInBatch != nil {
+		messages = meta.GetNumMessagesInBatch()
+	}
+	if messages < 1 {
+		messages = 1
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seq := int64(send.GetSequenceId())
+	if last, ok := t.lastSeq[p.name]; ok && seq <= last {
+		return nil, nil
+	}
+	t.lastSeq[p.name] = max(seq, int64(send.GetHighestSequenceId()))
+	l := t.currentLedger(now)
+	e := &entry{
+		ledgerID:    l.id,
+		entryID:     uint64(l.entries),
+		data:        data,
+		messages:    messages,
+		publishTime: int64(meta.GetPublishTime()),
+		brokerTime:  now.UnixMilli(),
+		key:         entryKey(meta),
+		meta:        meta,
+		payload:     payload,
+	}
+	t.lastIndex += int64(messages)
+	e.lastIndex = t.lastIndex
+	e.brokerMeta = t.brokerEntryMeta(e)
+	l.entries++
+	l.size += int64(len(data))
+	t.size += int64(len(data))
+	t.msgIn += int64(messages)
+	t.entries = append(t.entries, e)
+	for _, s := range t.subs {
+		s.dispatch()
+	}
+	return t.idOf(len(t.entries) - 1), nil
+}
+
+func (t *topic) brokerEntryMeta(e *entry) []byte {
+	m := &pb.BrokerEntryMetadata{BrokerTimestamp: proto.Uint64(uint64(e.brokerTime))}
+	if !t.b.opts.DisableIndexMetadata {
+		m.Index = proto.Uint64(uint64(e.lastIndex))
+	}
+	return brokerEntrySection(m)
+}
+
+// entryKey is the key Key_Shared dispatch hashes: ordering key, else
+// partition key (the key-based batcher sets it for a whole batch).
+func entryKey(meta *pb.MessageMetadata) string {
+	if len(meta.GetOrderingKey()) > 0 {
+		return string(meta.GetOrderingKey())
+	}
+	return meta.GetPartitionKey()
+}
+
+func (t *topic) lastMessageID() *pb.MessageIdData {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.entries) == 0 {
+		var ledger uint64
+		if len(t.ledgers) > 0 {
+			ledger = t.ledgers[len(t.ledgers)-1].id
+		}
+		return &pb.MessageIdData{LedgerId: proto.Uint64(ledger), EntryId: proto.Uint64(^uint64(0)), Partition: proto.Int32(t.partition)}
+	}
+	id := t.idOf(len(t.entries) - 1)
+	if n := t.entries[len(t.entries)-1].messages; n > 1 {
+		id.BatchIndex = proto.Int32(n - 1)
+	}
+	return id
+}
+
+// addProducer registers a producer and returns its last stored sequence id;
+// ok is false when a producer of that name is already connected.
+func (t *topic) addProducer(p *producer) (lastSeq int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for other := range t.producers {
+		if other.name == p.name {
+			return 0, false
+		}
+	}
+	t.producers[p] = struct{}{}
+	if last, ok := t.lastSeq[p.name]; ok {
+		return last, true
+	}
+	return -1, true
+}
+
+func (t *topic) removeProducer(p *producer) {
+	t.mu.Lock()
+	delete(t.producers, p)
+	t.mu.Unlock()
+	p.conn.mu.Lock()
+	if p.conn.producers[p.id] == p {
+		delete(p.conn.producers, p.id)
+	}
+	p.conn.mu.Unlock()
+}
+
+// unload closes every producer and consumer of the topic from the broker side.
+func (t *topic) unload() {
+	t.mu.Lock()
+	producers := make([]*producer, 0, len(t.producers))
+	for p := range t.producers {
+		producers = append(producers, p)
+	}
+	t.mu.Unlock()
+	for _, p := range producers {
+		t.removeProducer(p)
+		p.conn.send(&pb.BaseCommand{
+			Type:          pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(^uint64(0))},
+		})
+	}
+	t.mu.Lock()
+	names := make([]string, 0, len(t.subs))
+	for name := range t.subs {
+		names = append(names, name)
+	}
+	t.mu.Unlock()
+	for _, name := range names {
+		t.closeConsumers(name, func(*consumer) bool { return true })
+	}
+}
+
+// closeConsumers closes the matching consumers of a subscription from the
+// broker side; their unacked messages return to the subscription.
+func (t *topic) closeConsumers(subName string, match func(*consumer) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.subs[subName]
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, c := range append([]*consumer(nil), s.consumers...) {
+		if match(c) {
+			s.disconnect(c, true)
+			n++
+		}
+	}
+	s.dispatch()
+	return n
+}
+
+func (t *topic) String() string { return fmt.Sprintf("topic(%s)", t.name.full) }
