@@ -4,14 +4,13 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 	_ "time/tzdata" // maintenance windows name IANA time zones; distroless images carry none
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -25,6 +24,11 @@ func main() {
 	var leaderElect bool
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	var resync, pushTimeout time.Duration
+	var parallelism int
+	flag.DurationVar(&resync, "resync", controllers.DefaultResync, "Period of the fallback push to every agent.")
+	flag.DurationVar(&pushTimeout, "push-timeout", controllers.DefaultPushTimeout, "Timeout of one push to one agent.")
+	flag.IntVar(&parallelism, "push-parallelism", controllers.DefaultParallelism, "Concurrent pushes per flow.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -43,13 +47,21 @@ func main() {
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "subflow-controller.subflow.dev",
 		// Token Secrets are read one by one: caching would need list/watch on every Secret.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Client: controllers.ClientOptions(),
 	})
 	if err != nil {
 		setupLog.Error(err, "Unable to create manager")
 		os.Exit(1)
 	}
-	reconciler := &controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	reconciler := &controllers.SubscriptionFlowReconciler{
+		Client:      mgr.GetClient(),
+		Scheme:      mgr.GetScheme(),
+		Agents:      controllers.NewHTTPAgentClient(pushTimeout),
+		Clock:       controllers.RealClock{},
+		Recorder:    mgr.GetEventRecorder("subflow-controller"),
+		Resync:      resync,
+		Parallelism: parallelism,
+	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")
 		os.Exit(1)

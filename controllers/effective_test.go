@@ -44,16 +44,16 @@ func TestEffectiveState(t *testing.T) {
 			now: saturday("03:00"), wantState: subflowv1.StateRunning, wantSource: subflowv1.SourceSpec, wantNext: "2026-12-05T01:00:00Z"},
 		{name: "most restrictive of overlapping windows", spec: subflowv1.StateRunning,
 			windows: []subflowv1.MaintenanceWindow{window, {Schedule: "30 0 * * *", Duration: metav1.Duration{Duration: 4 * time.Hour}, State: subflowv1.StateStopped}},
-			now: saturday("02:00"), wantState: subflowv1.StateStopped, wantSource: subflowv1.SourceWindow, wantNext: "2026-11-28T03:00:00Z"},
+			now:     saturday("02:00"), wantState: subflowv1.StateStopped, wantSource: subflowv1.SourceWindow, wantNext: "2026-11-28T03:00:00Z"},
 		{name: "override wins over window", spec: subflowv1.StatePaused, windows: []subflowv1.MaintenanceWindow{window},
 			annotations: map[string]string{subflowv1.OverrideStateAnnotation: "Running", subflowv1.OverrideUntilAnnotation: "2026-11-28T02:30:00Z"},
-			now: saturday("02:00"), wantState: subflowv1.StateRunning, wantSource: subflowv1.SourceOverride, wantNext: "2026-11-28T02:30:00Z"},
+			now:         saturday("02:00"), wantState: subflowv1.StateRunning, wantSource: subflowv1.SourceOverride, wantNext: "2026-11-28T02:30:00Z"},
 		{name: "expired override is ignored and reported", spec: subflowv1.StatePaused,
 			annotations: map[string]string{subflowv1.OverrideStateAnnotation: "Running", subflowv1.OverrideUntilAnnotation: "2026-11-28T01:30:00Z"},
-			now: saturday("02:00"), wantState: subflowv1.StatePaused, wantSource: subflowv1.SourceSpec, wantNote: "expired"},
+			now:         saturday("02:00"), wantState: subflowv1.StatePaused, wantSource: subflowv1.SourceSpec, wantNote: "expired"},
 		{name: "override without end", spec: subflowv1.StateRunning,
 			annotations: map[string]string{subflowv1.OverrideStateAnnotation: "Stopped"},
-			now: saturday("02:00"), wantState: subflowv1.StateStopped, wantSource: subflowv1.SourceOverride},
+			now:         saturday("02:00"), wantState: subflowv1.StateStopped, wantSource: subflowv1.SourceOverride},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,53 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Controller metrics, registered with controller-runtime's registry (served on /metrics).
+var (
+	flowPaused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_flow_paused",
+		Help: "1 when the flow's effective state is Paused or Stopped, else 0; alert on pauses left in place.",
+	}, []string{"namespace", "name", "state", "source"})
+	flowAgents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_flow_agents",
+		Help: "Agents of the flow's matched pods by observed state (Running, Paused, Stopped, Mixed, Unreachable, NoConsumers).",
+	}, []string{"namespace", "name", "state"})
+	pushDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "subflow_agent_push_duration_seconds",
+		Help:    "Duration of one push of a flow's desired state to one agent.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	pushErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subflow_agent_push_errors_total",
+		Help: "Failed pushes to agents by reason (Unreachable, Unauthorized, StaleRevision, Rejected).",
+	}, []string{"reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(flowPaused, flowAgents, pushDuration, pushErrors)
+}
+
+var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers"}
+
+// recordFlowMetrics publishes one flow's gauges; series of other states are reset so that a
+// flow has exactly one paused series.
+func recordFlowMetrics(namespace, name, state, source string, agents map[string]int) {
+	flowPaused.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "name": name})
+	value := 0.0
+	if state != "Running" {
+		value = 1
+	}
+	flowPaused.WithLabelValues(namespace, name, state, source).Set(value)
+	for _, s := range agentStates {
+		flowAgents.WithLabelValues(namespace, name, s).Set(float64(agents[s]))
+	}
+}
+
+func forgetFlowMetrics(namespace, name string) {
+	labels := prometheus.Labels{"namespace": namespace, "name": name}
+	flowPaused.DeletePartialMatch(labels)
+	flowAgents.DeletePartialMatch(labels)
+}

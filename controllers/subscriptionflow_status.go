@@ -1,0 +1,312 @@
+package controllers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// maxAgentsListed bounds status.agents (the CRD allows 50).
+const maxAgentsListed = 50
+
+// podOutcome is one matched pod's answer to the push of the current revision.
+type podOutcome struct {
+	Pod    string
+	Status *protocol.FlowStatus // nil when the agent did not answer
+	Err    error
+}
+
+// observation is everything the status is computed from in one reconcile.
+type observation struct {
+	Effective Effective
+	Revision  int64
+	Outcomes  []podOutcome // one per matched pod, sorted by pod name
+	Executor  string       // pod executing the current seek
+	TokenRef  string       // "namespace/name key" for messages
+	Now       time.Time
+}
+
+// computeStatus derives the whole status from the observation; old carries over condition
+// transition times and the seek result of earlier reconciles.
+func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.SubscriptionFlowStatus {
+	st := subflowv1.SubscriptionFlowStatus{
+		ObservedGeneration: flow.Generation,
+		Revision:           obs.Revision,
+		EffectiveState:     obs.Effective.State,
+		StateSource:        obs.Effective.Source,
+		Conditions:         append([]metav1.Condition(nil), flow.Status.Conditions...),
+	}
+	if obs.Effective.Next != nil {
+		st.NextTransitionTime = &metav1.Time{Time: *obs.Effective.Next}
+	}
+	st.Pods, st.Consumers, st.Agents = countOutcomes(obs)
+	st.Seek = seekStatus(flow, obs)
+	setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionFalse, "", "")
+	ready, reason, message := readiness(obs, st)
+	setCondition(&st, subflowv1.ConditionReady, ready, reason, message)
+	if ready == metav1.ConditionTrue || reason == subflowv1.ReasonAgentAuthFailed {
+		setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionFalse, "", "")
+	} else {
+		setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionTrue, subflowv1.ReasonProgressing,
+			fmt.Sprintf("Driving agents to %s at revision %d", obs.Effective.State, obs.Revision))
+	}
+	if reason == subflowv1.ReasonAgentAuthFailed {
+		setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionTrue, reason, message)
+	}
+	paused, pausedReason, pausedMessage := pausedCondition(obs, st)
+	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
+	setSeekCondition(&st, flow, obs)
+	return st
+}
+
+// stalledStatus is the status of a flow whose spec cannot be applied.
+func stalledStatus(flow *subflowv1.SubscriptionFlow, reason, message string) subflowv1.SubscriptionFlowStatus {
+	st := *flow.Status.DeepCopy()
+	st.ObservedGeneration = flow.Generation
+	setCondition(&st, subflowv1.ConditionReady, metav1.ConditionFalse, reason, message)
+	setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionTrue, reason, message)
+	setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionFalse, "", "")
+	return st
+}
+
+func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCounts, []subflowv1.AgentStatus) {
+	var pods subflowv1.PodCounts
+	var consumers subflowv1.ConsumerCounts
+	agents := make([]subflowv1.AgentStatus, 0, len(obs.Outcomes))
+	for _, o := range obs.Outcomes {
+		pods.Matched++
+		agent := subflowv1.AgentStatus{Pod: o.Pod}
+		if o.Status == nil {
+			pods.Unreachable++
+			agent.State, agent.Message = "Unreachable", errorText(o.Err)
+			agents = append(agents, agent)
+			continue
+		}
+		pods.Synced++
+		now := metav1.NewTime(obs.Now)
+		agent.LastSyncTime = &now
+		agent.State = commonState(o.Status.Consumers)
+		agent.Message = o.Status.Conflict
+		for _, c := range o.Status.Consumers {
+			agent.Consumers++
+			agent.HeldMessages += c.HeldMessages
+			consumers.Total++
+			switch c.State {
+			case protocol.Running:
+				consumers.Running++
+			case protocol.Paused:
+				consumers.Paused++
+			case protocol.Stopped:
+				consumers.Stopped++
+			}
+		}
+		agents = append(agents, agent)
+	}
+	consumers.Halted = fmt.Sprintf("%d/%d", consumers.Paused+consumers.Stopped, consumers.Total)
+	// Problems first, so that a bounded list still shows what needs attention.
+	sort.SliceStable(agents, func(i, j int) bool { return agentRank(agents[i]) < agentRank(agents[j]) })
+	if len(agents) > maxAgentsListed {
+		agents = agents[:maxAgentsListed]
+	}
+	return pods, consumers, agents
+}
+
+func agentRank(a subflowv1.AgentStatus) int {
+	switch {
+	case a.State == "Unreachable":
+		return 0
+	case a.Message != "" || a.State == "Mixed":
+		return 1
+	default:
+		return 2
+	}
+}
+
+func commonState(consumers []protocol.ConsumerStatus) string {
+	if len(consumers) == 0 {
+		return "NoConsumers"
+	}
+	state := consumers[0].State
+	for _, c := range consumers[1:] {
+		if c.State != state {
+			return "Mixed"
+		}
+	}
+	return string(state)
+}
+
+// readiness: auth failures first (they need a person), then unreachable agents, then consumers
+// not yet in the effective state.
+func readiness(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
+	if pods := podsWhere(obs, func(o podOutcome) bool { return IsUnauthorized(o.Err) }); len(pods) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonAgentAuthFailed, fmt.Sprintf(
+			"Agents in %s refused the token from Secret %s; make the pods mount the same token", listNames(pods), obs.TokenRef)
+	}
+	if st.Pods.Matched == 0 {
+		return metav1.ConditionTrue, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector"
+	}
+	if pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil }); len(pods) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonAgentsUnreachable, fmt.Sprintf(
+			"%d of %d agents unreachable: %s", len(pods), st.Pods.Matched, describeUnreachable(obs))
+	}
+	if lagging := laggingConsumers(obs); len(lagging) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonConsumersConverging, fmt.Sprintf(
+			"Consumers not yet %s: %s", obs.Effective.State, listNames(lagging))
+	}
+	return metav1.ConditionTrue, subflowv1.ReasonSynced, fmt.Sprintf(
+		"%d agents applied revision %d: %d consumers %s", st.Pods.Synced, obs.Revision, st.Consumers.Total, obs.Effective.State)
+}
+
+func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
+	if obs.Effective.State == subflowv1.StateRunning {
+		return metav1.ConditionFalse, subflowv1.ReasonRunning, "The effective state is Running"
+	}
+	if st.Pods.Unreachable > 0 || st.Consumers.Running > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonPausePending, fmt.Sprintf(
+			"%d consumers still running, %d agents unreachable", st.Consumers.Running, st.Pods.Unreachable)
+	}
+	return metav1.ConditionTrue, subflowv1.ReasonConsumersPaused, fmt.Sprintf(
+		"%d/%d consumers paused or stopped (%s, from %s)", st.Consumers.Paused+st.Consumers.Stopped,
+		st.Consumers.Total, obs.Effective.State, obs.Effective.Source)
+}
+
+// seekStatus keeps a finished seek's result and records the executor of a pending one.
+func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.SeekStatus {
+	seek := flow.Spec.Seek
+	if seek == nil {
+		return nil
+	}
+	if old := flow.Status.Seek; old != nil && old.ID == seek.ID && old.CompletionTime != nil {
+		return old.DeepCopy()
+	}
+	st := &subflowv1.SeekStatus{ID: seek.ID, Executor: obs.Executor}
+	for _, o := range obs.Outcomes {
+		if o.Pod != obs.Executor || o.Status == nil || o.Status.Seek == nil || o.Status.Seek.ID != seek.ID {
+			continue
+		}
+		switch o.Status.Seek.State {
+		case protocol.SeekCompleted:
+			now := metav1.NewTime(obs.Now)
+			st.CompletionTime = &now
+			for _, p := range o.Status.Seek.Positions {
+				st.Positions = append(st.Positions, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: p.MessageID})
+			}
+		case protocol.SeekFailed:
+			now := metav1.NewTime(obs.Now)
+			st.CompletionTime = &now
+			st.Message = seekFailure(o.Status.Seek)
+		}
+	}
+	return st
+}
+
+func seekFailure(s *protocol.SeekStatus) string {
+	reason := s.Reason
+	if reason == "" {
+		reason = subflowv1.ReasonSeekFailed
+	}
+	return reason + ": " + s.Error
+}
+
+func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.SubscriptionFlow, obs observation) {
+	if flow.Spec.Seek == nil {
+		meta.RemoveStatusCondition(&st.Conditions, subflowv1.ConditionSeekCompleted)
+		return
+	}
+	seek := st.Seek
+	switch {
+	case seek.CompletionTime != nil && seek.Message == "":
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionTrue, subflowv1.ReasonSeekSucceeded,
+			fmt.Sprintf("Seek %s executed by %s: %s", seek.ID, seek.Executor, describePositions(seek.Positions)))
+	case seek.CompletionTime != nil:
+		reason, _, _ := strings.Cut(seek.Message, ":")
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, reason,
+			fmt.Sprintf("Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message))
+	case seek.Executor == "":
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
+			fmt.Sprintf("Seek %s waits for a reachable pod to execute it", seek.ID))
+	default:
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
+			fmt.Sprintf("Seek %s pending on %s", seek.ID, seek.Executor))
+	}
+}
+
+func describePositions(positions []subflowv1.SeekPosition) string {
+	parts := make([]string, 0, len(positions))
+	for _, p := range positions {
+		parts = append(parts, fmt.Sprintf("partition %d index %d at %s", p.Partition, p.Index, p.MessageID))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// setCondition sets a condition; kstatus wants Reconciling and Stalled absent unless True.
+func setCondition(st *subflowv1.SubscriptionFlowStatus, condType string, status metav1.ConditionStatus, reason, message string) {
+	if status != metav1.ConditionTrue && (condType == subflowv1.ConditionReconciling || condType == subflowv1.ConditionStalled) {
+		meta.RemoveStatusCondition(&st.Conditions, condType)
+		return
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason,
+		Message: message, ObservedGeneration: st.ObservedGeneration})
+}
+
+func podsWhere(obs observation, pred func(podOutcome) bool) []string {
+	var pods []string
+	for _, o := range obs.Outcomes {
+		if pred(o) {
+			pods = append(pods, o.Pod)
+		}
+	}
+	return pods
+}
+
+func describeUnreachable(obs observation) string {
+	var parts []string
+	for _, o := range obs.Outcomes {
+		if o.Status == nil && !IsUnauthorized(o.Err) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, errorText(o.Err)))
+		}
+	}
+	return listNames(parts)
+}
+
+// laggingConsumers names consumers ("pod/consumer on topic") less restrictive than the effective
+// state. A consumer more restrictive than this flow asks (another flow, the application's own
+// Pause) is not lagging; the agent reports such conflicts.
+func laggingConsumers(obs observation) []string {
+	want := protocol.State(obs.Effective.State)
+	var lagging []string
+	for _, o := range obs.Outcomes {
+		if o.Status == nil {
+			continue
+		}
+		for _, c := range o.Status.Consumers {
+			if protocol.MostRestrictive(c.State, want) != c.State {
+				lagging = append(lagging, fmt.Sprintf("%s/%s on %s (%s)", o.Pod, c.Name, c.Topic, c.State))
+			}
+		}
+	}
+	return lagging
+}
+
+// listNames joins names, eliding after ten so that messages stay readable.
+func listNames(names []string) string {
+	const shown = 10
+	if len(names) > shown {
+		return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
+	}
+	return strings.Join(names, ", ")
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return "no pod IP yet"
+	}
+	return err.Error()
+}

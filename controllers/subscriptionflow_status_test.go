@@ -1,0 +1,164 @@
+package controllers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+func agentAnswer(states ...protocol.State) *protocol.FlowStatus {
+	st := &protocol.FlowStatus{AppliedRevision: 3}
+	for i, s := range states {
+		st.Consumers = append(st.Consumers, protocol.ConsumerStatus{Name: "c" + string(rune('0'+i)), Topic: "orders", State: s})
+	}
+	return st
+}
+
+func TestComputeStatusConditions(t *testing.T) {
+	paused := Effective{State: subflowv1.StatePaused, Source: subflowv1.SourceSpec}
+	running := Effective{State: subflowv1.StateRunning, Source: subflowv1.SourceSpec}
+	unauthorized := &AgentError{Status: 401, Reason: "Unauthorized", Message: "missing or wrong bearer token"}
+	tests := []struct {
+		name          string
+		eff           Effective
+		outcomes      []podOutcome
+		wantReady     string // "True/Reason" or "False/Reason"
+		wantPaused    string
+		wantStalled   bool
+		wantMessage   string // part of the Ready message
+		wantHalted    string
+		wantMatched   int32
+		wantReachable int32
+	}{
+		{name: "all paused", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused, protocol.Paused)}, {Pod: "b", Status: agentAnswer(protocol.Paused)}},
+			wantReady: "True/Synced", wantPaused: "True/ConsumersPaused", wantHalted: "3/3", wantMatched: 2, wantReachable: 2},
+		{name: "stopped counts as paused", eff: Effective{State: subflowv1.StateStopped, Source: subflowv1.SourceWindow},
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Stopped)}},
+			wantReady: "True/Synced", wantPaused: "True/ConsumersPaused", wantHalted: "1/1", wantMatched: 1, wantReachable: 1},
+		{name: "one consumer still running", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused, protocol.Running)}},
+			wantReady: "False/ConsumersConverging", wantPaused: "False/PausePending", wantMessage: "a/c1 on orders (Running)",
+			wantHalted: "1/2", wantMatched: 1, wantReachable: 1},
+		{name: "unreachable agent is named", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}, {Pod: "b", Err: errors.New("connection refused")}},
+			wantReady: "False/AgentsUnreachable", wantPaused: "False/PausePending", wantMessage: "b (connection refused)",
+			wantHalted: "1/1", wantMatched: 2, wantReachable: 1},
+		{name: "pod without IP", eff: running, outcomes: []podOutcome{{Pod: "new"}},
+			wantReady: "False/AgentsUnreachable", wantPaused: "False/Running", wantMessage: "new (no pod IP yet)", wantHalted: "0/0", wantMatched: 1},
+		{name: "wrong token stalls", eff: paused, outcomes: []podOutcome{{Pod: "a", Err: unauthorized}},
+			wantReady: "False/AgentAuthFailed", wantPaused: "False/PausePending", wantStalled: true,
+			wantMessage: "Agents in a refused the token from Secret", wantHalted: "0/0", wantMatched: 1},
+		{name: "no pods", eff: paused, wantReady: "True/NoMatchingPods", wantPaused: "True/ConsumersPaused", wantHalted: "0/0"},
+		{name: "running", eff: running, outcomes: []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Running)}},
+			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "0/1", wantMatched: 1, wantReachable: 1},
+		{name: "another flow pauses a consumer: not lagging", eff: running,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}},
+			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "1/1", wantMatched: 1, wantReachable: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+			st := computeStatus(flow, observation{Effective: tt.eff, Revision: 3, Outcomes: tt.outcomes, Now: time.Now(), TokenRef: "ns/t key token"})
+			assertCondition(t, st, subflowv1.ConditionReady, tt.wantReady)
+			assertCondition(t, st, subflowv1.ConditionPaused, tt.wantPaused)
+			if got := meta.IsStatusConditionTrue(st.Conditions, subflowv1.ConditionStalled); got != tt.wantStalled {
+				t.Errorf("Stalled = %v, want %v", got, tt.wantStalled)
+			}
+			reconciling := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionReconciling)
+			readyTrue := meta.IsStatusConditionTrue(st.Conditions, subflowv1.ConditionReady)
+			if (reconciling != nil) == (readyTrue || tt.wantStalled) {
+				t.Errorf("Reconciling present = %v with Ready %v and Stalled %v", reconciling != nil, readyTrue, tt.wantStalled)
+			}
+			if msg := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionReady).Message; !strings.Contains(msg, tt.wantMessage) {
+				t.Errorf("Ready message %q does not contain %q", msg, tt.wantMessage)
+			}
+			if st.Consumers.Halted != tt.wantHalted || st.Pods.Matched != tt.wantMatched || st.Pods.Synced != tt.wantReachable {
+				t.Errorf("halted %s matched %d synced %d, want %s %d %d", st.Consumers.Halted, st.Pods.Matched, st.Pods.Synced,
+					tt.wantHalted, tt.wantMatched, tt.wantReachable)
+			}
+			if st.ObservedGeneration != 4 || st.Revision != 3 {
+				t.Errorf("observedGeneration %d revision %d", st.ObservedGeneration, st.Revision)
+			}
+		})
+	}
+}
+
+func assertCondition(t *testing.T, st subflowv1.SubscriptionFlowStatus, condType, want string) {
+	t.Helper()
+	c := meta.FindStatusCondition(st.Conditions, condType)
+	if c == nil {
+		t.Errorf("%s missing, want %s", condType, want)
+		return
+	}
+	if got := string(c.Status) + "/" + c.Reason; got != want {
+		t.Errorf("%s = %s (%s), want %s", condType, got, c.Message, want)
+	}
+}
+
+func TestComputeStatusSeek(t *testing.T) {
+	index := int64(42)
+	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
+	done := agentAnswer(protocol.Paused)
+	done.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekCompleted,
+		Positions: []protocol.SeekPosition{{Partition: -1, Index: 42, MessageID: "7:3:-1:-1"}}}
+	st := computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
+		Outcomes: []podOutcome{{Pod: "a", Status: done}}, Now: time.Now()})
+	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
+	if st.Seek.CompletionTime == nil || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].MessageID != "7:3:-1:-1" {
+		t.Fatalf("seek status %+v", st.Seek)
+	}
+
+	failed := agentAnswer(protocol.Paused)
+	failed.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekFailed, Reason: "IndexMetadataDisabled", Error: "enable brokerEntryMetadataInterceptors"}
+	st = computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
+		Outcomes: []podOutcome{{Pod: "a", Status: failed}}, Now: time.Now()})
+	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/IndexMetadataDisabled")
+
+	st = computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Now: time.Now()})
+	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekPending")
+}
+
+func TestReadyFlowIsCurrentForKstatus(t *testing.T) {
+	flow := &subflowv1.SubscriptionFlow{
+		TypeMeta:   metav1.TypeMeta{APIVersion: subflowv1.GroupVersion.String(), Kind: "SubscriptionFlow"},
+		ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "ns", Generation: 2},
+	}
+	flow.Status = computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1,
+		Outcomes: []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}}, Now: time.Now()})
+	if got := kstatusOf(t, flow); got != status.CurrentStatus {
+		t.Fatalf("kstatus of a Ready flow = %s, want Current", got)
+	}
+	flow.Status = computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1,
+		Outcomes: []podOutcome{{Pod: "a", Err: errors.New("timeout")}}, Now: time.Now()})
+	if got := kstatusOf(t, flow); got != status.InProgressStatus {
+		t.Fatalf("kstatus of a converging flow = %s, want InProgress", got)
+	}
+	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, "bad window")
+	if got := kstatusOf(t, flow); got != status.FailedStatus {
+		t.Fatalf("kstatus of a stalled flow = %s, want Failed", got)
+	}
+}
+
+func kstatusOf(t *testing.T, flow *subflowv1.SubscriptionFlow) status.Status {
+	t.Helper()
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := status.Compute(&unstructured.Unstructured{Object: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status
+}
