@@ -50,6 +50,9 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	st.Seek = seekStatus(flow, obs)
 	setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionFalse, "", "")
 	ready, reason, message := readiness(obs, st)
+	for _, note := range obs.Effective.Notes {
+		message += "; " + note
+	}
 	setCondition(&st, subflowv1.ConditionReady, ready, reason, message)
 	if ready == metav1.ConditionTrue || reason == subflowv1.ReasonAgentAuthFailed {
 		setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionFalse, "", "")

@@ -249,18 +249,29 @@ type SubscriptionFlowStatus struct {
 // PodCounts counts the selected pods.
 type PodCounts struct {
 	// matched pods are selected by spec.selector.
+	// +optional
 	Matched int32 `json:"matched"`
 	// synced pods' agents applied the current revision.
+	// +optional
 	Synced int32 `json:"synced"`
 	// unreachable pods' agents did not answer.
+	// +optional
 	Unreachable int32 `json:"unreachable"`
 }
 
 // ConsumerCounts counts consumers by observed state.
 type ConsumerCounts struct {
-	Total   int32 `json:"total"`
+	// total consumers the agents reported for this flow.
+	// +optional
+	Total int32 `json:"total"`
+	// running consumers.
+	// +optional
 	Running int32 `json:"running"`
-	Paused  int32 `json:"paused"`
+	// paused consumers.
+	// +optional
+	Paused int32 `json:"paused"`
+	// stopped consumers.
+	// +optional
 	Stopped int32 `json:"stopped"`
 	// halted is "paused+stopped/total", shown by kubectl get.
 	// +optional

@@ -354,13 +354,14 @@ func (c *conn) handleSubscribe(req *pb.CommandSubscribe) {
 	t := c.b.getTopic(tn.full, true)
 	t.mu.Lock()
 	cons, code, msg := t.subscribe(c, req)
+	failover := cons != nil && cons.sub.kind == pb.CommandSubscribe_Failover // read under t.mu
 	t.mu.Unlock()
 	if cons == nil {
 		c.sendError(reqID, code, msg)
 		return
 	}
 	c.sendSuccess(reqID)
-	if cons.sub.kind == pb.CommandSubscribe_Failover {
+	if failover {
 		t.mu.Lock()
 		if !cons.removed {
 			cons.conn.send(&pb.BaseCommand{

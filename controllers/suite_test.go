@@ -1,0 +1,244 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testenv"
+)
+
+const testToken = "integration-token"
+
+var (
+	k8s    client.Client
+	broker *pulsartest.Broker
+	clock  = &fakeClock{now: time.Now()}
+)
+
+// fakeClock is the reconciler's clock; tests move it across windows and override expiry.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
+
+// TestMain starts one real API server, one test broker and the controller for all tests.
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = broker.Close() }()
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	skip := true
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
+	if err == nil {
+		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
+			Agents: controllers.NewHTTPAgentClient(2 * time.Second), Recorder: mgr.GetEventRecorder("subflow-controller"),
+			Resync: 10 * time.Second}).SetupWithManager(mgr)
+	}
+	if err == nil {
+		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	return m.Run()
+}
+
+// namespace creates a fresh namespace, with the agents' token Secret unless told otherwise.
+func namespace(t *testing.T, withToken bool) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	if withToken {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: controllers.DefaultTokenSecret},
+			Data: map[string][]byte{controllers.DefaultTokenKey: []byte(testToken)}}
+		if err := k8s.Create(context.Background(), secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns.Name
+}
+
+// startPod runs a simulated pod consuming topic/sub and registers its Pod object.
+func startPod(t *testing.T, ns, name, topic, token string) *podsim.Pod {
+	t.Helper()
+	p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: broker.ServiceURL(), AdminURL: broker.AdminURL(),
+		Token: token, Topic: topic, Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	createPod(t, ns, name, p.Port)
+	return p
+}
+
+// createPod creates a Pod object whose agent port is port and gives it a loopback IP, as the
+// kubelet would once it runs.
+func createPod(t *testing.T, ns, name string, port int) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "worker"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "worker:1",
+			Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(port)}}}}},
+	}
+	if err := k8s.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "worker:1", ImageID: "worker:1"}}}
+	if err := k8s.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func newFlow(ns, name, topic string, state subflowv1.FlowState) *subflowv1.SubscriptionFlow {
+	return &subflowv1.SubscriptionFlow{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "worker"}},
+			Subscription: "ingest", Topic: topic, State: state},
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// patchFlow applies a JSON merge patch, as `kubectl patch --type merge` does.
+func patchFlow(t *testing.T, flow *subflowv1.SubscriptionFlow, patch string) {
+	t.Helper()
+	if err := k8s.Patch(context.Background(), flow, client.RawPatch("application/merge-patch+json", []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poke changes an unrelated annotation so that the controller reconciles now (after the fake
+// clock moved) instead of at its real-time requeue.
+func poke(t *testing.T, flow *subflowv1.SubscriptionFlow) {
+	t.Helper()
+	patchFlow(t, flow, fmt.Sprintf(`{"metadata":{"annotations":{"test.subflow.dev/poke":"%d"}}}`, time.Now().UnixNano()))
+}
+
+func getFlow(t *testing.T, flow *subflowv1.SubscriptionFlow) *subflowv1.SubscriptionFlow {
+	t.Helper()
+	got := &subflowv1.SubscriptionFlow{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(flow), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// waitFlow polls the flow until cond holds, failing with the last status otherwise.
+func waitFlow(t *testing.T, flow *subflowv1.SubscriptionFlow, what string, cond func(*subflowv1.SubscriptionFlow) bool) *subflowv1.SubscriptionFlow {
+	t.Helper()
+	var got *subflowv1.SubscriptionFlow
+	eventually(t, what, func() bool { got = getFlow(t, flow); return cond(got) }, func() string {
+		return fmt.Sprintf("status: %+v", got.Status)
+	})
+	return got
+}
+
+func eventually(t *testing.T, what string, cond func() bool, detail ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			for _, d := range detail {
+				msg = d()
+			}
+			t.Fatalf("timed out waiting for %s %s", what, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func condition(flow *subflowv1.SubscriptionFlow, condType string) *metav1.Condition {
+	return meta.FindStatusCondition(flow.Status.Conditions, condType)
+}
+
+func isTrue(flow *subflowv1.SubscriptionFlow, condType string) bool {
+	return meta.IsStatusConditionTrue(flow.Status.Conditions, condType)
+}
+
+func current(flow *subflowv1.SubscriptionFlow) bool {
+	return flow.Status.ObservedGeneration == flow.Generation
+}
+
+func produce(t *testing.T, topic, prefix string, n int) {
+	t.Helper()
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := 0; i < n; i++ {
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("%s-%d", prefix, i))}, nil)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func totalReceived(pods ...*podsim.Pod) int {
+	n := 0
+	for _, p := range pods {
+		n += p.Received()
+	}
+	return n
+}
