@@ -6,7 +6,6 @@ CONTROLLER_GEN = $(GO) tool controller-gen
 # Real kube-apiserver and etcd for tests and the demo; built once from the Go module proxy.
 ENVTEST_ASSETS = $(shell hack/setup-envtest.sh)
 TEST_FLAGS ?= -race -count=1 -timeout 30m
-BENCH_FLAGS ?= -run '^$$' -benchmem -count=1
 
 .PHONY: all
 all: build
@@ -46,8 +45,8 @@ test: ## Run unit and envtest integration tests with -race (builds envtest binar
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(BENCH_FLAGS) -bench . ./...
+bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport
 
 .PHONY: demo
 demo: ## Run the scripted walk-through on a local control plane and test broker.

@@ -91,10 +91,8 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if !flow.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, flow)
 	}
-	if controllerutil.AddFinalizer(flow, subflowv1.Finalizer) {
-		if err := r.Update(ctx, flow); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.patchFinalizer(ctx, flow, controllerutil.AddFinalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	original := flow.DeepCopy()
 	result, err := r.reconcileNormal(ctx, flow)
@@ -274,8 +272,18 @@ func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *
 		}
 	}
 	forgetFlowMetrics(flow.Namespace, flow.Name)
-	controllerutil.RemoveFinalizer(flow, subflowv1.Finalizer)
-	return ctrl.Result{}, r.Update(ctx, flow)
+	return ctrl.Result{}, r.patchFinalizer(ctx, flow, controllerutil.RemoveFinalizer)
+}
+
+// patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
+// a possibly stale cache) does not conflict with concurrent writers.
+func (r *SubscriptionFlowReconciler) patchFinalizer(ctx context.Context, flow *subflowv1.SubscriptionFlow,
+	change func(client.Object, string) bool) error {
+	before := flow.DeepCopy()
+	if !change(flow, subflowv1.Finalizer) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Patch(ctx, flow, client.MergeFrom(before)))
 }
 
 func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *subflowv1.SubscriptionFlow) ([]string, error) {
@@ -320,10 +328,18 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 	}
 }
 
+// maxEventNote is the API server's limit on an event's note.
+const maxEventNote = 1024
+
 func (r *SubscriptionFlowReconciler) event(flow *subflowv1.SubscriptionFlow, eventType, reason, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(flow, nil, eventType, reason, eventActionReconcile, note, args...)
+	if r.Recorder == nil {
+		return
 	}
+	text := fmt.Sprintf(note, args...)
+	if len(text) > maxEventNote {
+		text = text[:maxEventNote-3] + "..."
+	}
+	r.Recorder.Eventf(flow, nil, eventType, reason, eventActionReconcile, "%s", text)
 }
 
 // SetupWithManager registers the reconciler: flows, and pods mapped to the flows selecting them.

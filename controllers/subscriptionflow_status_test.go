@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
-	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
 func agentAnswer(states ...protocol.State) *protocol.FlowStatus {

@@ -32,6 +32,7 @@ const testToken = "integration-token"
 
 var (
 	k8s    client.Client
+	cached client.Client // the manager's client: flows and pods from its cache, as in production
 	broker *pulsartest.Broker
 	clock  = &fakeClock{now: time.Now()}
 )
@@ -42,7 +43,7 @@ type fakeClock struct {
 	now time.Time
 }
 
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 // TestMain starts one real API server, one test broker and the controller for all tests.
@@ -77,6 +78,7 @@ func runSuite(m *testing.M) int {
 	}
 	if err == nil {
 		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+		cached = mgr.GetClient()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -90,7 +92,7 @@ func runSuite(m *testing.M) int {
 }
 
 // namespace creates a fresh namespace, with the agents' token Secret unless told otherwise.
-func namespace(t *testing.T, withToken bool) string {
+func namespace(t testing.TB, withToken bool) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
@@ -121,7 +123,7 @@ func startPod(t *testing.T, ns, name, topic, token string) *podsim.Pod {
 
 // createPod creates a Pod object whose agent port is port and gives it a loopback IP, as the
 // kubelet would once it runs.
-func createPod(t *testing.T, ns, name string, port int) *corev1.Pod {
+func createPod(t testing.TB, ns, name string, port int) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "worker"}},

@@ -55,7 +55,7 @@ const (
 const Finalizer = "subflow.dev/release-agents"
 
 // SubscriptionFlowSpec is the desired flow of one Pulsar subscription in the selected pods.
-// +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && self.topic != '')",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
+// +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && size(self.topic) > 0)",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
 type SubscriptionFlowSpec struct {
 	// selector chooses the consumer pods whose agents apply this flow. It must not be empty:
 	// an empty selector would match every pod of the namespace.

@@ -1,75 +1,94 @@
-// Command demo starts a local control plane, installs the SubscriptionFlow CRD and the samples,
-// and shows them as kubectl would. The full pause/seek/resume walk-through with the test broker
-// and agents grows here.
+// Command demo walks through subflow end to end on an embedded default: a local control plane,
+// the test Pulsar broker, three consumer pods with agents, a producer and the controller. It
+// pauses, seeks, runs a maintenance window and resumes, checking each step, and exits non-zero
+// if any step did not hold. With --interactive it keeps everything running for kubectl.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
-
-	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testenv"
+	"os/signal"
+	"syscall"
+	"time"
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
+	interactive := flag.Bool("interactive", false, "keep running after the walk-through and print a kubeconfig for kubectl")
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, *interactive); err != nil {
+		fmt.Fprintln(os.Stderr, "\nDEMO FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context) error {
-	fmt.Println("== starting a local control plane (kube-apiserver + etcd)")
-	env, cfg, err := testenv.Start()
+func run(ctx context.Context, interactive bool) error {
+	started := time.Now()
+	w, err := startWorld(ctx, 3)
+	if w != nil {
+		defer w.close()
+	}
 	if err != nil {
 		return err
 	}
-	defer func() { _ = env.Stop() }()
-	scheme := runtime.NewScheme()
-	if err := subflowv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "subflow_*.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, file := range files {
-		if err := apply(ctx, k8s, file); err != nil {
+	d := &demo{w: w}
+	for _, s := range []struct {
+		title string
+		run   func(context.Context) error
+	}{
+		{"create the SubscriptionFlow (state Running)", d.createFlow},
+		{"kubectl patch sf orders-ingest --type merge -p '{\"spec\":{\"state\":\"Paused\"}}'", d.pause},
+		{"seek the paused subscription to a broker-entry index", d.seek},
+		{"maintenance window: Running in spec, paused Saturdays 03:00-04:00 UTC", d.window},
+		{"the window ends: the flow runs again and the backlog drains", d.resume},
+	} {
+		step(s.title)
+		if err := s.run(ctx); err != nil {
+			d.table(ctx)
 			return err
 		}
-		fmt.Println("applied", filepath.Base(file))
 	}
-	var flows subflowv1.SubscriptionFlowList
-	if err := k8s.List(ctx, &flows, client.InNamespace("default")); err != nil {
-		return err
-	}
-	fmt.Printf("\n%-16s %-9s %-12s %s\n", "NAME", "STATE", "SUBSCRIPTION", "WINDOWS")
-	for _, f := range flows.Items {
-		fmt.Printf("%-16s %-9s %-12s %d\n", f.Name, f.Spec.State, f.Spec.Subscription, len(f.Spec.MaintenanceWindows))
+	fmt.Printf("\nALL STEPS HELD in %s: pause stopped delivery and permits, seek moved the cursor, the window paused and released, resume delivered every message.\n",
+		time.Since(started).Round(time.Second))
+	if interactive {
+		return d.interactive(ctx)
 	}
 	return nil
 }
 
-func apply(ctx context.Context, k8s client.Client, file string) error {
-	data, err := os.ReadFile(file)
+func step(title string) { fmt.Printf("\n== %s\n", title) }
+
+// interactive keeps the world running for kubectl until interrupted.
+func (d *demo) interactive(ctx context.Context) error {
+	path, err := d.w.writeKubeconfig()
 	if err != nil {
 		return err
 	}
-	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(data, &obj.Object); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+	fmt.Printf(`
+Everything keeps running. In another terminal:
+  export KUBECONFIG=%s
+  kubectl get sf -n %s
+  kubectl patch sf orders-ingest -n %s --type merge -p '{"spec":{"state":"Paused"}}'
+  kubectl patch sf orders-ingest -n %s --type merge -p '{"spec":{"state":"Running"}}'
+  kubectl annotate sf orders-ingest -n %s subflow.dev/override-state=Stopped
+  kubectl get sf orders-ingest -n %s -o yaml
+Press Ctrl-C to stop.
+`, path, namespace, namespace, namespace, namespace, namespace)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		case <-tick.C:
+			d.table(ctx)
+		}
 	}
-	obj.SetNamespace("default")
-	return k8s.Create(ctx, obj)
 }

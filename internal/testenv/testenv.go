@@ -24,7 +24,7 @@ func RepoRoot() string {
 // Assets returns the directory holding kube-apiserver and etcd: $KUBEBUILDER_ASSETS when set,
 // otherwise whatever hack/setup-envtest.sh provides (it builds them on first use).
 func Assets() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" || os.Getenv("USE_EXISTING_CLUSTER") == "true" {
 		return dir, nil
 	}
 	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "setup-envtest.sh"))

@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// adminClient calls the few Pulsar admin REST endpoints seek by index needs, with plain
+// net/http: the entry-metadata headers are not exposed by the Go admin package.
+type adminClient struct {
+	base string
+	http *http.Client
+	auth func(*http.Request) error
+}
+
+func newAdminClient(base string, hc *http.Client, auth func(*http.Request) error) *adminClient {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &adminClient{base: strings.TrimRight(base, "/"), http: hc, auth: auth}
+}
+
+// errIndexLookupUnsupported means the broker predates PIP-415 (no getMessageIdByIndex).
+var errIndexLookupUnsupported = errors.New("agent: broker has no getMessageIdByIndex endpoint")
+
+// adminError is a non-2xx answer.
+type adminError struct {
+	Status int
+	Path   string
+	Reason string
+}
+
+func (e *adminError) Error() string {
+	return fmt.Sprintf("agent: admin %s: HTTP %d: %s", e.Path, e.Status, e.Reason)
+}
+
+// topicPath maps persistent://tenant/ns/topic to /admin/v2/persistent/tenant/ns/topic.
+func topicPath(topic string) (string, error) {
+	domain, rest, ok := strings.Cut(topic, "://")
+	if !ok {
+		domain, rest = "persistent", "public/default/"+topic
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) == 1 {
+		parts = []string{"public", "default", parts[0]}
+	}
+	if len(parts) != 3 || domain != "persistent" {
+		return "", fmt.Errorf("agent: seek by index needs a persistent tenant/namespace/topic name, got %q", topic)
+	}
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return "/admin/v2/persistent/" + strings.Join(parts, "/"), nil
+}
+
+func (a *adminClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if a.auth != nil {
+		if err := a.auth(req); err != nil {
+			return nil, err
+		}
+	}
+	return a.http.Do(req)
+}
+
+// call performs a request and decodes a JSON answer into out (when not nil).
+func (a *adminClient) call(ctx context.Context, method, path string, body, out any) (http.Header, error) {
+	resp, err := a.do(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, &adminError{Status: resp.StatusCode, Path: path, Reason: reasonOf(resp.Body)}
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return resp.Header, nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+		return nil, fmt.Errorf("agent: admin %s: %w", path, err)
+	}
+	return resp.Header, nil
+}
+
+func reasonOf(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 4<<10))
+	var e struct {
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Reason != "" {
+		return e.Reason
+	}
+	return strings.TrimSpace(string(b))
+}
+
+type internalStats struct {
+	LastConfirmedEntry   string `json:"lastConfirmedEntry"`
+	CurrentLedgerEntries int64  `json:"currentLedgerEntries"`
+	Ledgers              []struct {
+		LedgerID int64 `json:"ledgerId"`
+		Entries  int64 `json:"entries"`
+	} `json:"ledgers"`
+}
+
+// ledgers lists the topic's ledgers with their entry counts. As in Pulsar, the open (last)
+// ledger reports 0 entries in the list; its count comes from currentLedgerEntries.
+func (a *adminClient) ledgers(ctx context.Context, topic string) ([]ledgerSpan, error) {
+	base, err := topicPath(topic)
+	if err != nil {
+		return nil, err
+	}
+	var st internalStats
+	if _, err := a.call(ctx, http.MethodGet, base+"/internalStats", nil, &st); err != nil {
+		return nil, err
+	}
+	spans := make([]ledgerSpan, 0, len(st.Ledgers))
+	for i, l := range st.Ledgers {
+		n := l.Entries
+		if i == len(st.Ledgers)-1 && n == 0 {
+			n = st.CurrentLedgerEntries
+		}
+		if n > 0 {
+			spans = append(spans, ledgerSpan{ledger: l.LedgerID, entries: n})
+		}
+	}
+	return spans, nil
+}
+
+// entryMeta reads one entry's broker index and message count from get-message-by-id.
+func (a *adminClient) entryMeta(ctx context.Context, topic string, p position) (entryMeta, error) {
+	base, err := topicPath(topic)
+	if err != nil {
+		return entryMeta{}, err
+	}
+	h, err := a.call(ctx, http.MethodGet, fmt.Sprintf("%s/ledger/%d/entry/%d", base, p.ledger, p.entry), nil, nil)
+	if err != nil {
+		return entryMeta{}, err
+	}
+	raw := h.Get("X-Pulsar-Broker-Entry-METADATA-index")
+	if raw == "" {
+		return entryMeta{}, ErrIndexMetadataDisabled
+	}
+	index, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return entryMeta{}, fmt.Errorf("agent: bad entry index header %q: %w", raw, err)
+	}
+	count := int64(1)
+	if raw := h.Get("X-Pulsar-num-batch-message"); raw != "" {
+		if count, err = strconv.ParseInt(raw, 10, 32); err != nil || count < 1 {
+			return entryMeta{}, fmt.Errorf("agent: bad batch count header %q", raw)
+		}
+	}
+	return entryMeta{index: index, messages: count}, nil
+}
+
+type messageIDJSON struct {
+	LedgerID       int64  `json:"ledgerId"`
+	EntryID        int64  `json:"entryId"`
+	PartitionIndex int32  `json:"partitionIndex"`
+	BatchIndex     *int32 `json:"batchIndex,omitempty"`
+}
+
+// entryByIndex asks PIP-415 getMessageIdByIndex for the entry holding index.
+func (a *adminClient) entryByIndex(ctx context.Context, topic string, index int64) (position, error) {
+	base, err := topicPath(topic)
+	if err != nil {
+		return position{}, err
+	}
+	var id messageIDJSON
+	_, err = a.call(ctx, http.MethodGet, base+"/getMessageIdByIndex?index="+strconv.FormatInt(index, 10), nil, &id)
+	var ae *adminError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed:
+		return position{}, ErrIndexMetadataDisabled
+	case errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
+		// Callers ask only for indexes inside the topic's range, so 404 means no endpoint.
+		return position{}, errIndexLookupUnsupported
+	case err != nil:
+		return position{}, err
+	}
+	return position{ledger: id.LedgerID, entry: id.EntryID}, nil
+}
+
+// resetCursor moves a subscription's cursor on one topic or partition to an entry.
+func (a *adminClient) resetCursor(ctx context.Context, topic, subscription string, p position) error {
+	base, err := topicPath(topic)
+	if err != nil {
+		return err
+	}
+	path := base + "/subscription/" + url.PathEscape(subscription) + "/resetcursor"
+	_, err = a.call(ctx, http.MethodPost, path, messageIDJSON{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1}, nil)
+	return err
+}

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// DefaultSyncTimeout bounds the wait of StartGated consumers for the first desired state.
+const DefaultSyncTimeout = 30 * time.Second
+
+// Options configure an Agent.
+type Options struct {
+	// Name is how the agent reports itself (usually the pod name).
+	Name string
+	// AdminURL is the Pulsar admin REST root (http://host:8080), used by SeekByIndex.
+	AdminURL string
+	// AdminHTTPClient carries TLS settings for admin calls; nil means http.DefaultClient.
+	AdminHTTPClient *http.Client
+	// AdminAuth adds the application's own credentials to every admin request (for example an
+	// Authorization header); seek resolution needs no more than consume-level rights.
+	AdminAuth func(*http.Request) error
+	// Logger receives structured logs; the zero value discards them.
+	Logger logr.Logger
+	// Registerer receives the agent's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// StartGated makes consumers start Paused until MarkSynced (the controller's first push) or
+	// SyncTimeout, after which FallbackState applies until MarkSynced.
+	StartGated bool
+	// SyncTimeout bounds the StartGated wait; zero means DefaultSyncTimeout.
+	SyncTimeout time.Duration
+	// FallbackState applies when SyncTimeout passes unsynced; empty means Running.
+	FallbackState protocol.State
+}
+
+// Agent creates gated consumers and holds the agent-wide start-up gate.
+type Agent struct {
+	opts    Options
+	log     logr.Logger
+	metrics *metrics
+	admin   *adminClient
+
+	mu         sync.Mutex
+	consumers  []*Consumer
+	hooks      []func(*Consumer)
+	syncState  protocol.State // the start-up gate's wish: Paused while unsynced, then Running
+	synced     bool
+	syncTimer  *time.Timer
+	closedOnce sync.Once
+}
+
+// New returns an agent. With StartGated it starts the bounded wait for MarkSynced at once.
+func New(opts Options) (*Agent, error) {
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = DefaultSyncTimeout
+	}
+	if opts.FallbackState == "" {
+		opts.FallbackState = protocol.Running
+	}
+	if !opts.FallbackState.Valid() {
+		return nil, &invalidStateError{state: opts.FallbackState}
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: opts, log: opts.Logger, metrics: m, syncState: protocol.Running, synced: !opts.StartGated}
+	if opts.AdminURL != "" {
+		a.admin = newAdminClient(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth)
+	}
+	if opts.StartGated {
+		a.syncState = protocol.Paused
+		a.syncTimer = time.AfterFunc(opts.SyncTimeout, a.syncTimedOut)
+	}
+	return a, nil
+}
+
+// Subscribe creates a gated consumer through client. The options must not carry a
+// MessageChannel. The consumer starts in the state the agent's wishes give (Running unless
+// StartGated or a hook set otherwise); a Stopped consumer does not subscribe until it runs.
+func (a *Agent) Subscribe(client pulsar.Client, opts pulsar.ConsumerOptions) (*Consumer, error) {
+	if opts.MessageChannel != nil {
+		return nil, ErrMessageChannelOwned
+	}
+	c := newConsumer(a, client, opts)
+	a.mu.Lock()
+	hooks := slices.Clone(a.hooks)
+	a.mu.Unlock()
+	// Hooks run before the first subscribe so that rules already known (a pause in force)
+	// apply from the first message on.
+	for _, hook := range hooks {
+		hook(c)
+	}
+	// Listed before start so that a concurrent MarkSynced or sync timeout reaches it.
+	a.mu.Lock()
+	a.consumers = append(a.consumers, c)
+	a.mu.Unlock()
+	if err := c.start(); err != nil {
+		a.forget(c)
+		c.discard()
+		return nil, err
+	}
+	return c, nil
+}
+
+// OnSubscribe registers fn to run for every consumer subscribed later, before Subscribe
+// returns and before its first subscribe, so fn may call SetState on it.
+func (a *Agent) OnSubscribe(fn func(*Consumer)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hooks = append(a.hooks, fn)
+}
+
+// Consumers returns the consumers subscribed and not closed.
+func (a *Agent) Consumers() []*Consumer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*Consumer(nil), a.consumers...)
+}
+
+// Name is the agent's reported name.
+func (a *Agent) Name() string { return a.opts.Name }
+
+// MarkSynced lifts the start-up gate: the controller has pushed the desired state. It is a
+// no-op when the agent is already synced.
+func (a *Agent) MarkSynced() {
+	a.setSyncState(protocol.Running, true)
+}
+
+// Synced reports whether MarkSynced was called or StartGated is off.
+func (a *Agent) Synced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.synced
+}
+
+// Close stops the sync timer. Consumers are closed by the application.
+func (a *Agent) Close() {
+	a.closedOnce.Do(func() {
+		if a.syncTimer != nil {
+			a.syncTimer.Stop()
+		}
+	})
+}
+
+func (a *Agent) syncTimedOut() {
+	a.mu.Lock()
+	synced := a.synced
+	a.mu.Unlock()
+	if synced {
+		return
+	}
+	a.log.Info("Start-up sync timed out", "fallbackState", a.opts.FallbackState, "timeout", a.opts.SyncTimeout.String())
+	a.setSyncState(a.opts.FallbackState, false)
+}
+
+func (a *Agent) setSyncState(state protocol.State, synced bool) {
+	a.mu.Lock()
+	if a.synced {
+		a.mu.Unlock()
+		return
+	}
+	a.synced = synced
+	a.syncState = state
+	consumers := append([]*Consumer(nil), a.consumers...)
+	if synced && a.syncTimer != nil {
+		a.syncTimer.Stop()
+	}
+	a.mu.Unlock()
+	for _, c := range consumers {
+		if err := c.reconcileLocked(); err != nil {
+			c.log.Error(err, "Applying start-up state failed")
+		}
+	}
+}
+
+func (a *Agent) currentSyncState() protocol.State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.syncState
+}
+
+func (a *Agent) forget(c *Consumer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.consumers {
+		if x == c {
+			a.consumers = append(a.consumers[:i], a.consumers[i+1:]...)
+			return
+		}
+	}
+}

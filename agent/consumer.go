@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/go-logr/logr"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// nativePauser is the Pause/Resume a future pulsar-client-go consumer may offer (upstream PIP
+// in pulsar-client-go issue 1504); when present it is used in addition to the gate.
+type nativePauser interface {
+	Pause()
+	Resume()
+}
+
+// Consumer is a gated pulsar.Consumer. It implements pulsar.Consumer, so it is a drop-in for
+// the client's consumer, and adds Pause, Resume, Stop, Run, SetState and SeekByIndex.
+type Consumer struct {
+	agent     *Agent
+	client    pulsar.Client
+	opts      pulsar.ConsumerOptions // as given, Name filled in; MessageChannel set per subscribe
+	log       logr.Logger
+	topic     string // the topic, topics or pattern, as reported in status
+	zeroQueue bool
+	metrics   consumerMetrics
+
+	// transitions serialises state changes, seeks, subscribes and Close; a channel so that
+	// callers holding a context can stop waiting.
+	transitions chan struct{}
+	// Wishes, guarded by transitions.
+	localPaused, localStopped bool
+	remote                    protocol.State
+	remoteGen                 int64
+	started                   bool
+
+	// zeroQueueTurn lets one underlying zero-queue Receive run at a time: each one grants the
+	// broker a permit, so Pause must be able to wait for the only one in flight.
+	zeroQueueTurn chan struct{}
+
+	pumpOnce sync.Once
+	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
+	pumping  bool                        // guarded by mu
+
+	mu       sync.Mutex
+	takersGo *sync.Cond // signalled when takers drops to zero
+	gate
+}
+
+// gate is the state the message path reads; guarded by Consumer.mu.
+type gate struct {
+	inner   pulsar.Consumer
+	src     chan pulsar.ConsumerMessage // the client's MessageChannel, unbuffered
+	open    bool                        // messages may reach the application
+	changed chan struct{}               // closed and replaced whenever the gate changes
+	// takers counts goroutines that may take a message from src or hold one in hand; closing
+	// the gate waits for it to drop to zero.
+	takers   int
+	held     []heldMessage
+	skips    map[int32]skipFilter
+	zqCancel context.CancelFunc
+	closed   bool
+
+	state               protocol.State
+	since               time.Time
+	receivedWhilePaused int64
+}
+
+// heldMessage is a message taken from the client while the gate closed.
+type heldMessage struct {
+	cm pulsar.ConsumerMessage
+	at time.Time
+}
+
+// skipFilter drops the messages before a seek target inside its batch entry.
+type skipFilter struct {
+	ledger, entry int64
+	batch         int32 // messages with a lower batch index are acked and skipped
+}
+
+func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *Consumer {
+	if opts.Name == "" {
+		// The client would draw a new random name on every subscribe; keep one for life so
+		// that logs, metrics and the broker see the same consumer across Stop and Run.
+		opts.Name = randomName()
+	}
+	c := &Consumer{
+		agent:         a,
+		client:        client,
+		opts:          opts,
+		topic:         topicLabel(opts),
+		zeroQueue:     opts.EnableZeroQueueConsumer,
+		remote:        protocol.Running,
+		transitions:   make(chan struct{}, 1),
+		zeroQueueTurn: make(chan struct{}, 1),
+		out:           make(chan pulsar.ConsumerMessage),
+	}
+	c.takersGo = sync.NewCond(&c.mu)
+	c.changed = make(chan struct{})
+	c.state = protocol.Stopped
+	c.since = time.Now()
+	c.log = a.log.WithValues("topic", c.topic, "subscription", opts.SubscriptionName, "consumer", opts.Name)
+	c.metrics = a.metrics.forConsumer(c.topic, opts.SubscriptionName, opts.Name)
+	return c
+}
+
+func randomName() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return "subflow-" + hex.EncodeToString(b)
+}
+
+func topicLabel(opts pulsar.ConsumerOptions) string {
+	switch {
+	case opts.Topic != "":
+		return opts.Topic
+	case len(opts.Topics) > 0:
+		return strings.Join(opts.Topics, ",")
+	default:
+		return opts.TopicsPattern
+	}
+}
+
+// lock takes the transition lock unless ctx ends first.
+func (c *Consumer) lock(ctx context.Context) error {
+	select {
+	case c.transitions <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Consumer) unlock() { <-c.transitions }
+
+// current returns the underlying consumer, or an error when there is none.
+func (c *Consumer) current() (pulsar.Consumer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, ErrConsumerClosed
+	case c.inner == nil:
+		return nil, ErrConsumerStopped
+	}
+	return c.inner, nil
+}
+
+// Status reports the observed state of the consumer.
+func (c *Consumer) Status() protocol.ConsumerStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return protocol.ConsumerStatus{
+		Topic:               c.topic,
+		Subscription:        c.opts.SubscriptionName,
+		Name:                c.opts.Name,
+		State:               c.state,
+		Since:               c.since,
+		HeldMessages:        int64(len(c.held)),
+		ReceivedWhilePaused: c.receivedWhilePaused,
+		Connected:           c.inner != nil,
+	}
+}
+
+// Topic is the topic, the comma-separated topics or the pattern the consumer was created for.
+func (c *Consumer) Topic() string { return c.topic }
+
+// Options returns the options the consumer subscribes with (MessageChannel excluded).
+func (c *Consumer) Options() pulsar.ConsumerOptions { return c.opts }
+
+// Subscription returns the subscription name.
+func (c *Consumer) Subscription() string { return c.opts.SubscriptionName }
+
+// Name returns the consumer name, kept across Stop and Run.
+func (c *Consumer) Name() string { return c.opts.Name }
+
+// Unsubscribe deletes the subscription through the underlying consumer.
+func (c *Consumer) Unsubscribe() error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.Unsubscribe()
+}
+
+// UnsubscribeForce deletes the subscription, disconnecting other consumers.
+func (c *Consumer) UnsubscribeForce() error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.UnsubscribeForce()
+}
+
+// GetLastMessageIDs returns the last message id of every subscribed topic.
+func (c *Consumer) GetLastMessageIDs() ([]pulsar.TopicMessageID, error) {
+	inner, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	return inner.GetLastMessageIDs()
+}
+
+// Ack acknowledges a message; it works while paused.
+func (c *Consumer) Ack(msg pulsar.Message) error { return c.AckID(msg.ID()) }
+
+// AckID acknowledges a message by id; it works while paused.
+func (c *Consumer) AckID(id pulsar.MessageID) error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.AckID(id)
+}
+
+// AckIDList acknowledges several messages.
+func (c *Consumer) AckIDList(ids []pulsar.MessageID) error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.AckIDList(ids)
+}
+
+// AckWithTxn acknowledges a message within a transaction.
+func (c *Consumer) AckWithTxn(msg pulsar.Message, txn pulsar.Transaction) error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.AckWithTxn(msg, txn)
+}
+
+// AckCumulative acknowledges every message up to msg.
+func (c *Consumer) AckCumulative(msg pulsar.Message) error { return c.AckIDCumulative(msg.ID()) }
+
+// AckIDCumulative acknowledges every message up to id.
+func (c *Consumer) AckIDCumulative(id pulsar.MessageID) error {
+	inner, err := c.current()
+	if err != nil {
+		return err
+	}
+	return inner.AckIDCumulative(id)
+}
+
+// ReconsumeLater sends msg to the retry topic; a no-op while stopped (the message returns to
+// the broker anyway).
+func (c *Consumer) ReconsumeLater(msg pulsar.Message, delay time.Duration) {
+	if inner, err := c.current(); err == nil {
+		inner.ReconsumeLater(msg, delay)
+	}
+}
+
+// ReconsumeLaterWithCustomProperties is ReconsumeLater with properties.
+func (c *Consumer) ReconsumeLaterWithCustomProperties(msg pulsar.Message, props map[string]string, delay time.Duration) {
+	if inner, err := c.current(); err == nil {
+		inner.ReconsumeLaterWithCustomProperties(msg, props, delay)
+	}
+}
+
+// Nack asks for redelivery of msg; a no-op while stopped.
+func (c *Consumer) Nack(msg pulsar.Message) {
+	if inner, err := c.current(); err == nil {
+		inner.Nack(msg)
+	}
+}
+
+// NackID asks for redelivery of a message by id; a no-op while stopped.
+func (c *Consumer) NackID(id pulsar.MessageID) {
+	if inner, err := c.current(); err == nil {
+		inner.NackID(id)
+	}
+}
+
+// Seek resets the subscription to id (non-partitioned topics, as in the client). Messages the
+// gate holds are dropped; the gate stays closed during the seek.
+func (c *Consumer) Seek(id pulsar.MessageID) error {
+	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.Seek(id) })
+}
+
+// SeekByTime resets the subscription to a publish time, dropping held messages.
+func (c *Consumer) SeekByTime(t time.Time) error {
+	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.SeekByTime(t) })
+}
+
+// Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed.
+func (c *Consumer) Close() {
+	_ = c.lock(context.Background())
+	defer c.unlock()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeGateLocked()
+	inner := c.inner
+	c.inner, c.src = nil, nil
+	c.dropHeldLocked(time.Time{})
+	c.mu.Unlock()
+	if inner != nil {
+		inner.Close()
+	}
+	c.agent.forget(c)
+	c.metrics.delete()
+	c.log.Info("Consumer closed")
+}
+
+// discard releases a consumer whose first subscribe failed.
+func (c *Consumer) discard() {
+	c.mu.Lock()
+	c.closed = true
+	c.closeGateLocked()
+	c.mu.Unlock()
+	c.metrics.delete()
+}

@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+var (
+	// ErrMessageChannelOwned is returned by Subscribe when the options carry a MessageChannel:
+	// the agent must own that channel, unbuffered, to gate flow permits.
+	ErrMessageChannelOwned = errors.New("agent: ConsumerOptions.MessageChannel must be nil: the agent owns the consumer's message channel (an application channel would buffer messages past the gate)")
+	// ErrConsumerClosed is returned by calls on a consumer the application closed.
+	ErrConsumerClosed = errors.New("agent: consumer closed")
+	// ErrConsumerStopped is returned by calls that need the broker connection while the
+	// consumer is Stopped.
+	ErrConsumerStopped = errors.New("agent: consumer is stopped")
+	// ErrSeekUnsupported is returned by SeekByIndex on multi-topic and regex consumers.
+	ErrSeekUnsupported = errors.New("agent: seek by index needs a consumer of exactly one topic")
+	// ErrNoAdminURL is returned by SeekByIndex when the agent has no admin URL.
+	ErrNoAdminURL = errors.New("agent: seek by index needs Options.AdminURL")
+	// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
+	// resolved; nothing was moved.
+	ErrIndexMetadataDisabled = errors.New("agent: broker exposes no entry index: enable brokerEntryMetadataInterceptors=org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor and exposingBrokerEntryMetadataToClientEnabled=true")
+)
+
+// StaleGenerationError is returned by SetState when the request is older than the one applied.
+type StaleGenerationError struct {
+	Requested, Applied int64
+	State              protocol.State
+}
+
+func (e *StaleGenerationError) Error() string {
+	return fmt.Sprintf("agent: stale generation %d for state %s: generation %d already applied", e.Requested, e.State, e.Applied)
+}

@@ -1,0 +1,483 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+func TestSubscribeRefusesApplicationMessageChannel(t *testing.T) {
+	a := newTestAgent(t, Options{})
+	_, err := a.Subscribe(&fakeClient{}, pulsar.ConsumerOptions{
+		Topic: "t", SubscriptionName: "s", MessageChannel: make(chan pulsar.ConsumerMessage, 10),
+	})
+	if !errors.Is(err, ErrMessageChannelOwned) {
+		t.Fatalf("err = %v, want ErrMessageChannelOwned", err)
+	}
+}
+
+func TestGateOwnsUnbufferedChannel(t *testing.T) {
+	fc := &fakeClient{}
+	subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	if ch := fc.last().ch; ch == nil || cap(ch) != 0 {
+		t.Fatalf("client got channel %v with capacity %d, want an unbuffered one", ch, cap(ch))
+	}
+}
+
+// While paused nothing takes from the client's channel (no permit can be returned) and
+// nothing reaches the application; after resume every message arrives in order.
+func TestPauseTakesNothingAndResumeDeliversInOrder(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+
+	got := make(chan int64, 100)
+	go func() {
+		for {
+			m, err := c.Receive(context.Background())
+			if err != nil {
+				return
+			}
+			got <- seqOf(t, m)
+		}
+	}()
+	for i := int64(0); i < 10; i++ {
+		inner.push(i)
+	}
+	for i := int64(0); i < 10; i++ {
+		if s := <-got; s != i {
+			t.Fatalf("got %d, want %d", s, i)
+		}
+	}
+
+	c.Pause()
+	if !c.IsPaused() || c.State() != protocol.Paused {
+		t.Fatalf("state = %s after Pause", c.State())
+	}
+	if inner.tryPush(99) {
+		t.Fatal("the gate took a message from the client after Pause returned")
+	}
+	pushed := make(chan struct{})
+	go func() {
+		for i := int64(10); i < 20; i++ {
+			inner.push(i)
+		}
+		close(pushed)
+	}()
+	select {
+	case s := <-got:
+		t.Fatalf("message %d reached the application while paused", s)
+	case <-pushed:
+		t.Fatal("the client could hand over messages while paused")
+	default:
+	}
+
+	c.Resume()
+	for i := int64(10); i < 20; i++ {
+		if s := <-got; s != i {
+			t.Fatalf("after resume got %d, want %d", s, i)
+		}
+	}
+	<-pushed
+}
+
+// A message the gate has in hand when Pause comes is held, reported, and delivered first.
+func TestHeldMessageDeliveredFirstAfterResume(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+	ch := c.Chan()
+	inner.push(1) // the pump takes it and offers it to an application that is not reading
+	c.Pause()
+	if st := c.Status(); st.HeldMessages != 1 || st.State != protocol.Paused {
+		t.Fatalf("status = %+v, want one held message, Paused", st)
+	}
+	go inner.push(2)
+	c.Resume()
+	for want := int64(1); want <= 2; want++ {
+		cm := <-ch
+		if s := seqOf(t, cm.Message); s != want {
+			t.Fatalf("got %d, want %d", s, want)
+		}
+		if cm.Consumer != c {
+			t.Fatal("ConsumerMessage.Consumer is not the gated consumer")
+		}
+	}
+}
+
+// Receive blocks while paused until its context ends, and returns once resumed.
+func TestReceiveBlocksWhilePaused(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	c.Pause()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := c.Receive(ctx); errc <- err }()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive returned %v, want context.Canceled", err)
+	}
+	got := make(chan int64, 1)
+	go func() {
+		m, err := c.Receive(context.Background())
+		if err == nil {
+			got <- seqOf(t, m)
+		}
+	}()
+	go fc.last().push(7)
+	c.Resume()
+	if s := <-got; s != 7 {
+		t.Fatalf("got %d, want 7", s)
+	}
+}
+
+func TestCloseUnblocksReceive(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	c.Pause()
+	errc := make(chan error, 1)
+	go func() { _, err := c.Receive(context.Background()); errc <- err }()
+	c.Close()
+	if err := <-errc; !errors.Is(err, ErrConsumerClosed) {
+		t.Fatalf("Receive returned %v, want ErrConsumerClosed", err)
+	}
+}
+
+// Seek drops held messages without acknowledging them, and keeps the gate closed meanwhile.
+func TestSeekDropsHeldMessagesUnacked(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+	c.Chan()
+	inner.push(1)
+	c.Pause()
+	if err := c.Seek(pulsar.NewMessageID(1, 0, -1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Status(); st.HeldMessages != 0 || st.State != protocol.Paused {
+		t.Fatalf("status = %+v after seek, want nothing held and still Paused", st)
+	}
+	if len(inner.acked) != 0 || len(inner.seeks) != 1 {
+		t.Fatalf("acked %v, seeks %v: want no ack and one seek", inner.acked, inner.seeks)
+	}
+}
+
+func TestDropHeldBefore(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	c.Chan()
+	fc.last().push(1)
+	c.Pause()
+	if n := c.DropHeld(time.Now().Add(-time.Hour)); n != 0 {
+		t.Fatalf("dropped %d messages taken after the cut-off", n)
+	}
+	if n := c.DropHeld(time.Now()); n != 1 {
+		t.Fatalf("dropped %d, want 1", n)
+	}
+}
+
+// Stop closes the underlying consumer; Run subscribes again with the same options and name.
+func TestStopAndRun(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	first := fc.last()
+	got := make(chan int64, 1)
+	go func() {
+		m, err := c.Receive(context.Background())
+		if err == nil {
+			got <- seqOf(t, m)
+		}
+	}()
+	c.Stop()
+	select {
+	case <-first.closed:
+	default:
+		t.Fatal("Stop did not close the underlying consumer")
+	}
+	if st := c.Status(); st.State != protocol.Stopped || st.Connected {
+		t.Fatalf("status = %+v, want Stopped and disconnected", st)
+	}
+	if err := c.Ack(fakeMessage{id: pulsar.NewMessageID(1, 1, -1, 0)}); !errors.Is(err, ErrConsumerStopped) {
+		t.Fatalf("Ack while stopped = %v", err)
+	}
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	second := fc.last()
+	if second == first || second.opts.Name != first.opts.Name || second.opts.Name == "" {
+		t.Fatalf("Run did not re-subscribe under the same name: %q vs %q", second.opts.Name, first.opts.Name)
+	}
+	if second.ch == first.ch {
+		t.Fatal("Run reused the channel of the closed consumer")
+	}
+	second.push(5)
+	if s := <-got; s != 5 {
+		t.Fatalf("got %d, want 5", s)
+	}
+}
+
+func TestRunReportsSubscribeErrorAndRetries(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	c.Stop()
+	fc.mu.Lock()
+	fc.fail = errors.New("broker down")
+	fc.mu.Unlock()
+	if err := c.Run(); err == nil || c.State() != protocol.Stopped {
+		t.Fatalf("Run = %v, state %s: want an error and Stopped", err, c.State())
+	}
+	fc.mu.Lock()
+	fc.fail = nil
+	fc.mu.Unlock()
+	if err := c.Run(); err != nil || c.State() != protocol.Running {
+		t.Fatalf("retry Run = %v, state %s", err, c.State())
+	}
+}
+
+func TestSetStateGenerations(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	ctx := context.Background()
+	steps := []struct {
+		state protocol.State
+		gen   int64
+		stale bool
+		want  protocol.State
+	}{
+		{protocol.Paused, 2, false, protocol.Paused},
+		{protocol.Running, 1, true, protocol.Paused}, // a late retry of an older request
+		{protocol.Running, 2, true, protocol.Paused}, // same generation, other state
+		{protocol.Paused, 2, false, protocol.Paused}, // idempotent repeat
+		{protocol.Stopped, 3, false, protocol.Stopped},
+		{protocol.Running, 4, false, protocol.Running},
+	}
+	for i, s := range steps {
+		err := c.SetState(ctx, s.state, s.gen)
+		var stale *StaleGenerationError
+		if errors.As(err, &stale) != s.stale {
+			t.Fatalf("step %d: SetState(%s, %d) = %v, stale want %v", i, s.state, s.gen, err, s.stale)
+		}
+		if got := c.State(); got != s.want {
+			t.Fatalf("step %d: state %s, want %s", i, got, s.want)
+		}
+	}
+	if err := c.SetState(ctx, "Sleeping", 9); err == nil {
+		t.Fatal("an invalid state was accepted")
+	}
+}
+
+// The application's wish and the controller's combine: the most restrictive wins.
+func TestWishesCombineMostRestrictive(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	ctx := context.Background()
+	c.Pause()
+	if err := c.SetState(ctx, protocol.Running, 1); err != nil || c.State() != protocol.Paused {
+		t.Fatalf("controller Running overrode the application's Pause: %v %s", err, c.State())
+	}
+	c.Resume()
+	if c.State() != protocol.Running {
+		t.Fatalf("state %s after Resume", c.State())
+	}
+	if err := c.SetState(ctx, protocol.Paused, 2); err != nil {
+		t.Fatal(err)
+	}
+	c.Resume()
+	if c.State() != protocol.Paused {
+		t.Fatal("the application's Resume overrode the controller's Pause")
+	}
+}
+
+func TestStartGatedUntilSynced(t *testing.T) {
+	fc := &fakeClient{}
+	a := newTestAgent(t, Options{StartGated: true, SyncTimeout: time.Hour})
+	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
+	if c.State() != protocol.Paused || a.Synced() {
+		t.Fatalf("state %s, synced %v: want Paused before the first sync", c.State(), a.Synced())
+	}
+	if fc.last().tryPush(1) {
+		t.Fatal("a start-gated consumer took a message")
+	}
+	a.MarkSynced()
+	if c.State() != protocol.Running {
+		t.Fatalf("state %s after MarkSynced", c.State())
+	}
+}
+
+func TestStartGatedFallbackAfterTimeout(t *testing.T) {
+	for _, fallback := range []protocol.State{protocol.Running, protocol.Stopped} {
+		t.Run(string(fallback), func(t *testing.T) {
+			fc := &fakeClient{}
+			a := newTestAgent(t, Options{StartGated: true, SyncTimeout: 20 * time.Millisecond, FallbackState: fallback})
+			c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
+			eventually(t, "fallback state", func() bool { return c.State() == fallback })
+			a.MarkSynced()
+			if c.State() != protocol.Running {
+				t.Fatalf("state %s after a late MarkSynced", c.State())
+			}
+		})
+	}
+}
+
+// A hook registered with OnSubscribe runs before the first subscribe: a Stopped rule means
+// the consumer never joins the subscription.
+func TestOnSubscribeHookAppliesBeforeFirstSubscribe(t *testing.T) {
+	fc := &fakeClient{}
+	a := newTestAgent(t, Options{})
+	a.OnSubscribe(func(c *Consumer) {
+		if err := c.SetState(context.Background(), protocol.Stopped, 1); err != nil {
+			t.Error(err)
+		}
+	})
+	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
+	if fc.count() != 0 || c.State() != protocol.Stopped {
+		t.Fatalf("subscribed %d times, state %s: want no subscribe and Stopped", fc.count(), c.State())
+	}
+	if got := a.Consumers(); len(got) != 1 || got[0] != c {
+		t.Fatalf("Consumers() = %v", got)
+	}
+	c.Close()
+	if len(a.Consumers()) != 0 {
+		t.Fatal("a closed consumer is still listed")
+	}
+}
+
+func TestNativePauseUsedWhenOffered(t *testing.T) {
+	fc := &fakeClient{native: true}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	c.Pause()
+	c.Resume()
+	c.mu.Lock()
+	n := c.inner.(*nativeFake)
+	c.mu.Unlock()
+	if n.pauses.Load() < 1 || n.resumes.Load() < 1 {
+		t.Fatalf("native Pause/Resume called %d/%d times", n.pauses.Load(), n.resumes.Load())
+	}
+}
+
+// Zero-queue: the underlying Receive (one permit each) runs only on demand while the gate is
+// open; Pause cancels the one in flight and waits for it, so no permit is granted after.
+func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{EnableZeroQueueConsumer: true})
+	inner := fc.last()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Chan on a zero-queue consumer did not panic")
+			}
+		}()
+		c.Chan()
+	}()
+	got := make(chan int64, 10)
+	go func() {
+		for {
+			m, err := c.Receive(context.Background())
+			if err != nil {
+				return
+			}
+			got <- seqOf(t, m)
+		}
+	}()
+	eventually(t, "an underlying Receive", func() bool { return inner.receives.Load() == 1 })
+	c.Pause()
+	before := inner.receives.Load()
+	if inner.tryPush(1) {
+		t.Fatal("a paused zero-queue consumer took a message")
+	}
+	c.Resume()
+	inner.push(2)
+	if s := <-got; s != 2 {
+		t.Fatalf("got %d, want 2", s)
+	}
+	if before != 1 {
+		t.Fatalf("%d underlying receives before resume, want 1", before)
+	}
+}
+
+// Pauses, resumes, controller requests and receives run at once: no message is handed over to a Receive
+// that started after a Pause returned and ended before the next Resume began; none is lost.
+func TestConcurrentPauseResumeIsStrict(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+	const total = 2000
+	var epoch atomic.Int64 // odd while a Pause has returned and no Resume has begun
+	var violations, attemptsWhilePaused atomic.Int64
+	seen := make([]atomic.Bool, total)
+	var received atomic.Int64
+	var wg sync.WaitGroup
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for received.Load() < total {
+				e := epoch.Load()
+				if e%2 == 1 {
+					attemptsWhilePaused.Add(1)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+				m, err := c.Receive(ctx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if e%2 == 1 && epoch.Load() == e {
+					violations.Add(1)
+				}
+				if seen[seqOf(t, m)].Swap(true) {
+					t.Errorf("message %d delivered twice", seqOf(t, m))
+				}
+				received.Add(1)
+			}
+		}()
+	}
+	// One toggler owns the epoch and feeds a batch of messages after each resume; other goroutines hammer SetState and Status concurrently.
+	var togglers sync.WaitGroup
+	togglers.Add(2)
+	go func() {
+		defer togglers.Done()
+		const batch = 50
+		next := int64(0)
+		for received.Load() < total {
+			c.Pause()
+			epoch.Add(1)
+			// Stay paused until receivers have tried, so the check has teeth.
+			attempts := attemptsWhilePaused.Load()
+			for attemptsWhilePaused.Load() < attempts+2 && received.Load() < total {
+				runtime.Gosched()
+			}
+			epoch.Add(1)
+			c.Resume()
+			for i := 0; i < batch && next < total; i++ {
+				inner.push(next)
+				next++
+			}
+		}
+	}()
+	go func() {
+		defer togglers.Done()
+		for gen := int64(1); received.Load() < total; gen++ {
+			if err := c.SetState(context.Background(), protocol.Running, gen); err != nil {
+				t.Error(err)
+			}
+			_ = c.Status()
+		}
+	}()
+	wg.Wait()
+	togglers.Wait()
+	if attemptsWhilePaused.Load() == 0 {
+		t.Fatal("no Receive ran while paused")
+	}
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d messages reached the application while paused", v)
+	}
+}

@@ -1,0 +1,386 @@
+package agent
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+const queueSize = 10
+
+// pausedAfterQuiescence consumes `first` messages, waits until the client has returned every
+// permit they earned (initial grant + first), and pauses. It returns the FLOW count at pause.
+func pausedAfterQuiescence(t *testing.T, e *env, topic string, c *Consumer, col *collector, first int) int {
+	t.Helper()
+	e.produce(t, topic, 0, first, 1)
+	eventually(t, "the first messages", func() bool { return col.count() == first })
+	eventually(t, "permits for the first messages", func() bool {
+		return flowPermits(e.broker.Flows(topic, "sub"), 0) == int64(queueSize+first)
+	})
+	// Acks are grouped; once the broker has them, a reconnect redelivers nothing the client
+	// would discard as a duplicate (discarded duplicates return their permits at once).
+	eventually(t, "acks of the first messages", func() bool { return e.broker.Subscription(topic, "sub").Acked == int64(first) })
+	c.Pause()
+	if c.State() != protocol.Paused {
+		t.Fatalf("state %s after Pause", c.State())
+	}
+	return len(e.broker.Flows(topic, "sub"))
+}
+
+func TestIntegrationPauseGrantsNoPermitsAndDeliversNothing(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	col := collect(t, c)
+	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 50)
+
+	e.produce(t, topic, 50, 100, 1)
+	// The broker spends the permits granted before the pause, then the backlog stays put.
+	eventually(t, "the old grant spent", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0 && st.Backlog >= 100
+	})
+	if _, err := c.GetLastMessageIDs(); err != nil { // a round trip behind any FLOW already sent
+		t.Fatal(err)
+	}
+	if n := len(e.broker.Flows(topic, "sub")); n != flowsAtPause {
+		t.Fatalf("%d FLOWs after Pause returned, want 0", n-flowsAtPause)
+	}
+	if n := col.count(); n != 50 {
+		t.Fatalf("%d messages reached the application while paused", n-50)
+	}
+	if st := c.Status(); st.ReceivedWhilePaused != 0 || !st.Connected {
+		t.Fatalf("status %+v", st)
+	}
+
+	c.Resume()
+	eventually(t, "every message after resume", func() bool { return col.count() == 150 })
+	col.stop()
+	if !slices.IsSorted(col.seqs) || len(col.distinct()) != 150 {
+		t.Fatalf("messages out of order or duplicated: %v", col.seqs)
+	}
+}
+
+func TestIntegrationPauseSurvivesReconnect(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	col := collect(t, c)
+	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 20)
+	e.produce(t, topic, 20, 100, 1)
+	oldConn := e.broker.Subscription(topic, "sub").Consumers[0].Conn
+
+	e.broker.DropConnections()
+	eventually(t, "the reconnected consumer's grant spent", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Conn != oldConn && st.Consumers[0].Permits == 0
+	})
+	if _, err := c.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	flows := e.broker.Flows(topic, "sub")
+	// Known pulsar-client-go limit: the reconnect re-grants the receiver queue, no more.
+	if got := flowPermits(flows, flowsAtPause); got > queueSize {
+		t.Fatalf("%d permits granted after Pause across one reconnect, want at most %d: %+v", got, queueSize, flows[flowsAtPause:])
+	}
+	if n := col.count(); n != 20 {
+		t.Fatalf("%d messages reached the application while paused", n-20)
+	}
+
+	c.Resume()
+	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 120 })
+}
+
+func TestIntegrationZeroQueuePausedGrantsNothingEvenOnReconnect(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", EnableZeroQueueConsumer: true})
+	col := collect(t, c)
+	e.produce(t, topic, 0, 5, 1)
+	eventually(t, "the first messages", func() bool { return col.count() == 5 })
+	// The collector is back in Receive: one FLOW(1) per message plus the pending one.
+	eventually(t, "the pending receive's permit", func() bool { return flowPermits(e.broker.Flows(topic, "sub"), 0) == 6 })
+	c.Pause()
+	flowsAtPause := len(e.broker.Flows(topic, "sub"))
+
+	e.produce(t, topic, 5, 20, 1)
+	oldConn := e.broker.Subscription(topic, "sub").Consumers[0].Conn
+	e.broker.DropConnections()
+	eventually(t, "the consumer reconnected", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Conn != oldConn && st.Backlog >= 20
+	})
+	if _, err := c.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	if got := flowPermits(e.broker.Flows(topic, "sub"), flowsAtPause); got != 0 {
+		t.Fatalf("a paused zero-queue consumer granted %d permits", got)
+	}
+	if n := col.count(); n != 5 {
+		t.Fatalf("%d messages reached the application while paused", n-5)
+	}
+	c.Resume()
+	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 25 })
+}
+
+// Thousands of messages, paused and resumed over and over (with one broker-side reconnect
+// while paused): none is lost, none reaches a Receive that started while paused.
+func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	const total = 3000
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 100})
+	e.produce(t, topic, 0, total, 50)
+
+	var epoch, violations, attemptsWhilePaused atomic.Int64
+	seen := make([]atomic.Bool, total)
+	var distinct atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for distinct.Load() < total {
+			ep := epoch.Load()
+			if ep%2 == 1 {
+				attemptsWhilePaused.Add(1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+			m, err := c.Receive(ctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			if ep%2 == 1 && epoch.Load() == ep {
+				violations.Add(1)
+			}
+			_ = c.Ack(m)
+			if !seen[seqOfMessage(t, m)].Swap(true) {
+				distinct.Add(1)
+			}
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	cycle := 0
+	for ; distinct.Load() < total; cycle++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d messages arrived", distinct.Load(), total)
+		}
+		c.Pause()
+		epoch.Add(1)
+		if cycle == 5 {
+			e.broker.DropConnections()
+		}
+		attempts := attemptsWhilePaused.Load()
+		for attemptsWhilePaused.Load() < attempts+2 && distinct.Load() < total {
+			runtime.Gosched()
+		}
+		epoch.Add(1)
+		c.Resume()
+		for got := distinct.Load(); distinct.Load() < min(got+50, total) && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+	}
+	<-done
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d messages reached the application while paused", v)
+	}
+	if attemptsWhilePaused.Load() == 0 || cycle < 10 {
+		t.Fatalf("only %d pause cycles, %d receives while paused", cycle, attemptsWhilePaused.Load())
+	}
+	t.Logf("%d pause cycles, %d receives attempted while paused", cycle, attemptsWhilePaused.Load())
+}
+
+func TestIntegrationPartitionedTopic(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	if err := e.broker.CreatePartitionedTopic(topic, 3); err != nil {
+		t.Fatal(err)
+	}
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	col := collect(t, c)
+	eventually(t, "three initial grants", func() bool { return len(e.broker.Flows(topic, "sub")) == 3 })
+	c.Pause()
+	flowsAtPause := len(e.broker.Flows(topic, "sub"))
+	e.produce(t, topic, 0, 90, 1)
+	eventually(t, "every partition's grant spent", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		spent := len(st.Consumers) == 3
+		for _, cs := range st.Consumers {
+			spent = spent && cs.Permits == 0
+		}
+		return spent
+	})
+	if _, err := c.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.broker.Flows(topic, "sub")) - flowsAtPause; n != 0 || col.count() != 0 {
+		t.Fatalf("while paused: %d FLOWs, %d messages delivered", n, col.count())
+	}
+	c.Resume()
+	eventually(t, "every message", func() bool { return len(col.distinct()) == 90 })
+}
+
+// A topic that appears while a regex consumer is paused inherits the pause.
+func TestIntegrationRegexTopicAppearingWhilePaused(t *testing.T) {
+	e := newEnv(t)
+	prefix := uniqueTopic(t)
+	first := prefix + "-a"
+	e.produce(t, first, 0, 1, 1) // the topic exists before the consumer
+	c := e.subscribe(t, pulsar.ConsumerOptions{
+		TopicsPattern: prefix + "-.*", SubscriptionName: "sub", ReceiverQueueSize: queueSize,
+		AutoDiscoveryPeriod: 50 * time.Millisecond, SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+	})
+	col := collect(t, c)
+	eventually(t, "the first message", func() bool { return col.count() == 1 })
+	c.Pause()
+
+	second := prefix + "-b"
+	e.produce(t, second, 1, 30, 1)
+	eventually(t, "the new topic's consumer and its grant spent", func() bool {
+		st := e.broker.Subscription(second, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
+	})
+	if n := col.count(); n != 1 {
+		t.Fatalf("%d messages of the new topic reached the application while paused", n-1)
+	}
+	c.Resume()
+	eventually(t, "the new topic's messages", func() bool { return len(col.distinct()) == 31 })
+}
+
+func TestIntegrationMultiTopic(t *testing.T) {
+	e := newEnv(t)
+	a, b := uniqueTopic(t)+"-a", uniqueTopic(t)+"-b"
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topics: []string{a, b}, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	c.Pause()
+	e.produce(t, a, 0, 10, 1)
+	e.produce(t, b, 10, 10, 1)
+	ch := c.Chan()
+	for _, topic := range []string{a, b} {
+		eventually(t, "the grant on "+topic+" spent", func() bool {
+			st := e.broker.Subscription(topic, "sub")
+			return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
+		})
+	}
+	if _, err := c.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cm := <-ch:
+		t.Fatalf("message %s reached Chan() while paused", cm.Payload())
+	default:
+	}
+	c.Resume()
+	got := map[int]bool{}
+	for len(got) < 20 {
+		select {
+		case cm := <-ch:
+			got[seqOfMessage(t, cm.Message)] = true
+			if err := cm.Consumer.Ack(cm.Message); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("only %d of 20 messages through Chan()", len(got))
+		}
+	}
+}
+
+// Stop returns the messages buffered in a stopped consumer to a Shared sibling; Run resumes.
+func TestIntegrationStopReturnsMessagesToSharedSibling(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	opts := pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared, ReceiverQueueSize: 100}
+	c := e.subscribe(t, opts)
+	c.Pause()
+	e.produce(t, topic, 0, 50, 1)
+	eventually(t, "all messages buffered in the paused consumer", func() bool {
+		return e.broker.Subscription(topic, "sub").Dispatched == 50
+	})
+	sibling, err := e.client.Subscribe(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sibling.Close()
+
+	c.Stop()
+	if st := c.Status(); st.State != protocol.Stopped || st.Connected {
+		t.Fatalf("status %+v after Stop", st)
+	}
+	got := receiveN(t, sibling, 50)
+	if len(got) != 50 {
+		t.Fatalf("sibling got %d messages", len(got))
+	}
+	sibling.Close()
+
+	c.Resume()
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(t, topic, 50, 10, 1)
+	for _, m := range receiveN(t, c, 10) {
+		if s := seqOfMessage(t, m); s < 50 {
+			t.Fatalf("restarted consumer got old message %d", s)
+		}
+	}
+}
+
+// With StartGated, a consumer subscribed before the controller's first push hands nothing
+// over until MarkSynced.
+func TestIntegrationStartGated(t *testing.T) {
+	e := newEnv(t)
+	e.agent = newTestAgent(t, Options{StartGated: true, SyncTimeout: time.Hour})
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	col := collect(t, c)
+	e.produce(t, topic, 0, 20, 1)
+	eventually(t, "the initial grant spent", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
+	})
+	if col.count() != 0 {
+		t.Fatal("a start-gated consumer delivered before sync")
+	}
+	e.agent.MarkSynced()
+	eventually(t, "messages after sync", func() bool { return col.count() == 20 })
+}
+
+// Acks and nacks keep working while paused; a nacked message comes back only after resume.
+func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", NackRedeliveryDelay: 10 * time.Millisecond})
+	e.produce(t, topic, 0, 6, 1)
+	var got []pulsar.Message
+	for range 6 {
+		m, err := c.Receive(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+	}
+	c.Pause()
+	for _, m := range got[:5] {
+		if err := c.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Nack(got[5])
+	eventually(t, "acks while paused", func() bool { return e.broker.Subscription(topic, "sub").Acked == 5 })
+	eventually(t, "the nacked message redelivered to the client", func() bool {
+		return e.broker.Subscription(topic, "sub").Dispatched >= 7
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if m, err := c.Receive(ctx); err == nil {
+		t.Fatalf("message %s reached the application while paused", m.Payload())
+	}
+	c.Resume()
+	if s := seqOfMessage(t, receiveN(t, c, 1)[0]); s != 5 {
+		t.Fatalf("after resume got %d, want the nacked 5", s)
+	}
+}

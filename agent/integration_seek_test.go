@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+)
+
+const entriesPerLedger = 7 // small, so that every topic here spans several ledgers
+
+// consumedTopic is a topic with n messages (payload = index) already consumed and acked.
+func consumedTopic(t *testing.T, e *env, n, batch int, opts pulsar.ConsumerOptions) (*Consumer, string) {
+	t.Helper()
+	topic := uniqueTopic(t)
+	opts.Topic, opts.SubscriptionName = topic, "sub"
+	c := e.subscribe(t, opts)
+	e.produce(t, topic, 0, n, batch)
+	receiveN(t, c, n)
+	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == int64(n) })
+	return c, topic
+}
+
+func probeBound(entries int) int { return int(2*math.Log2(float64(entries))) + 8 }
+
+func TestIntegrationSeekByIndex(t *testing.T) {
+	cases := []struct {
+		name      string
+		broker    pulsartest.Options
+		batch     int
+		index     int64
+		wantFirst int
+	}{
+		{name: "inside the range", index: 40, wantFirst: 40},
+		{name: "first message", index: 0, wantFirst: 0},
+		{name: "last message", index: 99, wantFirst: 99},
+		{name: "inside a batch", batch: 10, index: 23, wantFirst: 23},
+		{name: "first of a batch", batch: 10, index: 30, wantFirst: 30},
+		{name: "last of a batch", batch: 10, index: 39, wantFirst: 39},
+		{name: "without PIP-415 (binary search)", broker: pulsartest.Options{DisableIndexLookup: true}, index: 57, wantFirst: 57},
+		{name: "batch without PIP-415", broker: pulsartest.Options{DisableIndexLookup: true}, batch: 10, index: 77, wantFirst: 77},
+		{name: "at the end is latest", index: 100, wantFirst: 100},
+		{name: "above the range is latest", batch: 10, index: 1 << 40, wantFirst: 100},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.broker.EntriesPerLedger = entriesPerLedger
+			e := newEnv(t, tc.broker)
+			c, topic := consumedTopic(t, e, 100, tc.batch, pulsar.ConsumerOptions{})
+			res, err := c.SeekByIndex(context.Background(), tc.index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries := 100 / max(tc.batch, 1)
+			if res.Probes > probeBound(entries) || res.Probes < 3 {
+				t.Fatalf("%d probes for %d entries, bound %d", res.Probes, entries, probeBound(entries))
+			}
+			if p := res.Positions; len(p) != 1 || p[0].Index != int64(tc.wantFirst) || p[0].Partition != -1 || p[0].MessageID == "" {
+				t.Fatalf("positions %+v", p)
+			}
+			if tc.wantFirst == 100 {
+				e.produce(t, topic, 100, 1, 1)
+			}
+			m := receiveN(t, c, 1)[0]
+			if got := seqOfMessage(t, m); got != tc.wantFirst || m.Index() == nil || *m.Index() != uint64(tc.wantFirst) {
+				t.Fatalf("first message after seek: payload %d, index %v; want %d", got, m.Index(), tc.wantFirst)
+			}
+		})
+	}
+}
+
+// A seek while paused drops the held messages (never acked), keeps the consumer paused, and
+// the target comes first after resume.
+func TestIntegrationSeekWhilePaused(t *testing.T) {
+	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
+	c, topic := consumedTopic(t, e, 30, 1, pulsar.ConsumerOptions{})
+	ch := c.Chan()
+	e.produce(t, topic, 30, 20, 1)
+	eventually(t, "a message in the pump's hand", func() bool { return e.broker.Subscription(topic, "sub").Dispatched >= 31 })
+	c.Pause()
+	if _, err := c.SeekByIndex(context.Background(), 12); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Status(); st.State != protocol.Paused || st.HeldMessages != 0 {
+		t.Fatalf("status after seek while paused: %+v", st)
+	}
+	select {
+	case cm := <-ch:
+		t.Fatalf("message %s delivered while paused", cm.Payload())
+	default:
+	}
+	c.Resume()
+	select {
+	case cm := <-ch:
+		if got := seqOfMessage(t, cm.Message); got != 12 {
+			t.Fatalf("first message after seek and resume: %d, want 12", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("nothing after resume")
+	}
+}
+
+func TestIntegrationSeekStoppedConsumer(t *testing.T) {
+	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
+	c, _ := consumedTopic(t, e, 40, 4, pulsar.ConsumerOptions{})
+	c.Stop()
+	if _, err := c.SeekByIndex(context.Background(), 22); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqOfMessage(t, receiveN(t, c, 1)[0]); got != 22 {
+		t.Fatalf("first message after seek and run: %d, want 22", got)
+	}
+}
+
+func TestIntegrationSeekPartitionedTopic(t *testing.T) {
+	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
+	topic := uniqueTopic(t)
+	if err := e.broker.CreatePartitionedTopic(topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
+	// Partition p holds payloads 1000p + index, in batches of 5.
+	for p := range 2 {
+		e.produce(t, fmt.Sprintf("%s-partition-%d", topic, p), 1000*p, 30, 5)
+	}
+	receiveN(t, c, 60)
+	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == 60 })
+
+	res, err := c.SeekPartitionsByIndex(context.Background(), []protocol.PartitionIndex{{Partition: 0, Index: 12}, {Partition: 1, Index: 25}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Positions) != 2 || res.Positions[0].Index != 12 || res.Positions[1].Index != 25 {
+		t.Fatalf("positions %+v", res.Positions)
+	}
+	if res.Probes > 2*probeBound(6) {
+		t.Fatalf("%d probes for two partitions of 6 entries", res.Probes)
+	}
+	var got []int
+	for _, m := range receiveN(t, c, 18+5) {
+		got = append(got, seqOfMessage(t, m))
+	}
+	slices.Sort(got)
+	want := append(seqRange(12, 30), seqRange(1025, 1030)...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after seek got %v, want %v", got, want)
+	}
+	if _, err := c.SeekByIndex(context.Background(), 3); err == nil {
+		t.Fatal("a single index was accepted for a partitioned topic")
+	}
+}
+
+func seqRange(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// Without index metadata the seek fails with the typed error and no cursor moves.
+func TestIntegrationSeekWithoutIndexMetadata(t *testing.T) {
+	for _, broker := range []pulsartest.Options{
+		{DisableIndexMetadata: true},
+		{DisableIndexMetadata: true, DisableIndexLookup: true},
+	} {
+		t.Run(fmt.Sprintf("lookup=%v", !broker.DisableIndexLookup), func(t *testing.T) {
+			e := newEnv(t, broker)
+			c, topic := consumedTopic(t, e, 10, 1, pulsar.ConsumerOptions{})
+			e.produce(t, topic, 10, 10, 1)
+			before := e.broker.Subscription(topic, "sub").Cursors
+			_, err := c.SeekByIndex(context.Background(), 3)
+			if !errors.Is(err, ErrIndexMetadataDisabled) {
+				t.Fatalf("err = %v, want ErrIndexMetadataDisabled", err)
+			}
+			if after := e.broker.Subscription(topic, "sub").Cursors; !slices.Equal(before, after) {
+				t.Fatalf("cursor moved: %+v -> %+v", before, after)
+			}
+			if got := seqOfMessage(t, receiveN(t, c, 1)[0]); got != 10 {
+				t.Fatalf("next message %d, want 10", got)
+			}
+		})
+	}
+}
+
+func TestIntegrationSeekRefusesMultiTopic(t *testing.T) {
+	e := newEnv(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topics: []string{uniqueTopic(t) + "-a", uniqueTopic(t) + "-b"}, SubscriptionName: "sub"})
+	if _, err := c.SeekByIndex(context.Background(), 1); !errors.Is(err, ErrSeekUnsupported) {
+		t.Fatalf("err = %v, want ErrSeekUnsupported", err)
+	}
+}

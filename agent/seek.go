@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// SeekResult reports a seek by index.
+type SeekResult struct {
+	// Positions tells, per partition, which index is delivered next and from which message id.
+	Positions []protocol.SeekPosition
+	// Probes counts the admin calls made to resolve the indexes.
+	Probes int
+}
+
+// SeekByIndex resets the subscription of a non-partitioned topic so that the message with
+// broker-entry index `index` is the next one delivered (PIP-101: below the topic's range means
+// earliest, at or past its end latest). Messages held by the gate are dropped, never acked.
+// The indexes are resolved through the admin API with the application's credentials; a broker
+// without index metadata gives ErrIndexMetadataDisabled and nothing moves.
+func (c *Consumer) SeekByIndex(ctx context.Context, index int64) (*SeekResult, error) {
+	return c.SeekPartitionsByIndex(ctx, []protocol.PartitionIndex{{Partition: -1, Index: index}})
+}
+
+// SeekPartitionsByIndex is SeekByIndex with one index per partition of a partitioned topic
+// (partition -1 addresses a non-partitioned topic). Every index is resolved before anything
+// moves. pulsar-client-go cannot seek a partitioned consumer, so the consumer is closed, each
+// partition's cursor is reset through the admin API and the consumer subscribes again.
+func (c *Consumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*SeekResult, error) {
+	res, err := c.seekPartitionsByIndex(ctx, targets)
+	result := "Completed"
+	if err != nil {
+		result = "Failed"
+		c.log.Error(err, "Seek by index failed")
+	} else {
+		c.log.Info("Seek by index completed", "positions", res.Positions, "probes", res.Probes)
+	}
+	c.agent.metrics.seeks.WithLabelValues(result).Inc()
+	return res, err
+}
+
+func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*SeekResult, error) {
+	if c.agent.admin == nil {
+		return nil, ErrNoAdminURL
+	}
+	topic, err := c.singleTopic()
+	if err != nil {
+		return nil, err
+	}
+	partitions, err := c.client.TopicPartitions(topic)
+	if err != nil {
+		return nil, err
+	}
+	partitioned := isPartitioned(topic, partitions)
+	plan, err := planSeek(targets, partitions, partitioned)
+	if err != nil {
+		return nil, err
+	}
+	src := &countingSource{indexSource: c.agent.admin}
+	defer func() { c.agent.metrics.seekProbes.Add(float64(src.probes)) }()
+	result := &SeekResult{}
+	for i := range plan {
+		r, err := resolveIndex(ctx, src, plan[i].topic, plan[i].index)
+		result.Probes = src.probes
+		if err != nil {
+			return result, fmt.Errorf("agent: resolve index %d on %s: %w", plan[i].index, plan[i].topic, err)
+		}
+		plan[i].res = r
+		result.Positions = append(result.Positions, plan[i].seekPosition())
+	}
+	if partitioned {
+		return result, c.resetPartitions(ctx, plan)
+	}
+	return result, c.seekSingle(ctx, plan[0])
+}
+
+// isPartitioned tells a partitioned topic from a non-partitioned one (or a single partition
+// named directly) by the client's partition list.
+func isPartitioned(topic string, partitions []string) bool {
+	if len(partitions) != 1 {
+		return len(partitions) > 1
+	}
+	return strings.HasSuffix(partitions[0], "-partition-0") && !strings.HasSuffix(topic, "-partition-0")
+}
+
+func (c *Consumer) singleTopic() (string, error) {
+	switch {
+	case c.opts.TopicsPattern != "" || len(c.opts.Topics) > 1:
+		return "", ErrSeekUnsupported
+	case c.opts.Topic != "":
+		return c.opts.Topic, nil
+	case len(c.opts.Topics) == 1:
+		return c.opts.Topics[0], nil
+	}
+	return "", ErrSeekUnsupported
+}
+
+// seekStep is one partition's part of a seek.
+type seekStep struct {
+	partition int32 // -1 for a non-partitioned topic
+	topic     string
+	index     int64
+	res       resolution
+}
+
+func planSeek(targets []protocol.PartitionIndex, partitions []string, partitioned bool) ([]seekStep, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("agent: seek by index without a target")
+	}
+	seen := map[int32]bool{}
+	plan := make([]seekStep, 0, len(targets))
+	for _, t := range targets {
+		switch {
+		case !partitioned && t.Partition > 0, partitioned && (t.Partition < 0 || int(t.Partition) >= len(partitions)):
+			return nil, fmt.Errorf("agent: partition %d does not exist (the topic has %d)", t.Partition, len(partitions))
+		case seen[t.Partition]:
+			return nil, fmt.Errorf("agent: partition %d given twice", t.Partition)
+		case t.Index < 0:
+			return nil, fmt.Errorf("agent: negative index %d", t.Index)
+		}
+		seen[t.Partition] = true
+		step := seekStep{partition: t.Partition, index: t.Index, topic: partitions[0]}
+		if partitioned {
+			step.topic = partitions[t.Partition]
+		} else {
+			step.partition = -1
+		}
+		plan = append(plan, step)
+	}
+	if !partitioned && len(plan) > 1 {
+		return nil, errors.New("agent: a non-partitioned topic takes one index")
+	}
+	return plan, nil
+}
+
+func (s seekStep) seekPosition() protocol.SeekPosition {
+	p := protocol.SeekPosition{Partition: s.partition, Index: s.res.index}
+	if !s.res.empty {
+		p.MessageID = fmt.Sprintf("%d:%d:%d:%d", s.res.pos.ledger, s.res.pos.entry, s.partition, s.res.batch)
+	}
+	return p
+}
+
+// seekSingle seeks a non-partitioned consumer with the client's own Seek to the message just
+// before the target: the client discards messages up to the seek id after reconnecting, so
+// the target is the next one delivered. A stopped consumer's cursor moves through the admin API.
+func (c *Consumer) seekSingle(ctx context.Context, step seekStep) error {
+	if step.res.empty {
+		return nil // an empty topic: every cursor is at the end already
+	}
+	before := pulsar.NewMessageID(step.res.pos.ledger, step.res.pos.entry, step.res.batch-1, 0)
+	err := c.seekWith(ctx, func(inner pulsar.Consumer) error { return inner.Seek(before) })
+	if !errors.Is(err, ErrConsumerStopped) {
+		return err
+	}
+	return c.resetPartitions(ctx, []seekStep{step})
+}
+
+// resetPartitions resets cursors through the admin API. A connected consumer is closed first
+// and subscribes again afterwards, so that no message read from the old position is handed
+// over; messages before the target inside its batch entry are acked and skipped by the gate.
+func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.unlock()
+	if c.isClosed() {
+		return ErrConsumerClosed
+	}
+	c.closeGate()
+	c.closeInner()
+	var errs []error
+	skips := map[int32]skipFilter{}
+	for _, step := range plan {
+		if step.res.empty {
+			continue
+		}
+		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.pos); err != nil {
+			errs = append(errs, fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err))
+			continue
+		}
+		if step.res.batch > 0 {
+			skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
+		}
+	}
+	c.mu.Lock()
+	c.skips = skips
+	c.dropHeldLocked(time.Time{})
+	c.mu.Unlock()
+	return errors.Join(append(errs, c.reconcile())...)
+}

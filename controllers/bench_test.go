@@ -1,0 +1,222 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/podsim"
+)
+
+// startAgents runs n simulated pods sharing one Pulsar client, each with one consumer of topic,
+// and registers their Pod objects.
+func startAgents(b *testing.B, ns, topic string, n int) []*podsim.Pod {
+	b.Helper()
+	shared, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(shared.Close)
+	pods := make([]*podsim.Pod, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range pods {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			name := fmt.Sprintf("agent-%04d", i)
+			p, err := podsim.Start(podsim.Options{Name: name, Client: shared, Token: testToken, Topic: topic,
+				Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 1})
+			if err != nil {
+				errs <- err
+				return
+			}
+			pods[i] = p
+			createPod(b, ns, name, p.Port)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, p := range pods {
+			p.Close()
+		}
+	})
+	return pods
+}
+
+// BenchmarkPausePropagation measures kubectl patch -> every agent's consumer Paused, through
+// the real API server, controller and HTTP agents on loopback. Per-agent latencies come from
+// each consumer's own state-change time; "all" is when the last agent paused.
+func BenchmarkPausePropagation(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
+			ns := namespace(b, true)
+			topic := "bench-" + ns
+			pods := startAgents(b, ns, topic, n)
+			flow := newFlow(ns, "bench", topic, subflowv1.StateRunning)
+			if err := k8s.Create(context.Background(), flow); err != nil {
+				b.Fatal(err)
+			}
+			waitAll(b, pods, protocol.Running)
+			var perAgent, all []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				patchBench(b, flow, `{"spec":{"state":"Paused"}}`)
+				waitAll(b, pods, protocol.Paused)
+				last := time.Duration(0)
+				for _, p := range pods {
+					d := p.Consumer.Status().Since.Sub(start)
+					perAgent = append(perAgent, d)
+					last = max(last, d)
+				}
+				all = append(all, last)
+				b.StopTimer()
+				patchBench(b, flow, `{"spec":{"state":"Running"}}`)
+				waitAll(b, pods, protocol.Running)
+				b.StartTimer()
+			}
+			b.ReportMetric(ms(percentile(perAgent, 50)), "p50-ms")
+			b.ReportMetric(ms(percentile(perAgent, 99)), "p99-ms")
+			b.ReportMetric(ms(percentile(all, 99)), "all-p99-ms")
+		})
+	}
+}
+
+// BenchmarkFullResync measures one full resync - every flow reconciled and pushed to every
+// matched agent - for 1000 flows x 10 pods, and the process's resident memory afterwards.
+func BenchmarkFullResync(b *testing.B) {
+	const flows, podsPerFlow = 1000, 10
+	ns := namespace(b, true)
+	startAgents(b, ns, "resync-"+ns, podsPerFlow)
+	var keys []client.ObjectKey
+	for i := 0; i < flows; i++ {
+		flow := newFlow(ns, fmt.Sprintf("flow-%04d", i), "", subflowv1.StatePaused)
+		flow.Spec.Subscription = fmt.Sprintf("sub-%04d", i)
+		if err := k8s.Create(context.Background(), flow); err != nil {
+			b.Fatal(err)
+		}
+		keys = append(keys, client.ObjectKeyFromObject(flow))
+	}
+	waitAllFlowsReady(b, ns, flows)
+	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(), Clock: controllers.RealClock{},
+		Agents: controllers.NewHTTPAgentClient(5 * time.Second)}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resyncAll(b, r, keys)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "resync-ms")
+	b.ReportMetric(rssMiB(), "rss-MiB")
+}
+
+// waitAllFlowsReady waits for the running controller's own first pass, so that the measured
+// resync does not compete with it.
+func waitAllFlowsReady(b *testing.B, ns string, n int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var list subflowv1.SubscriptionFlowList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			b.Fatal(err)
+		}
+		ready := 0
+		for i := range list.Items {
+			if isTrue(&list.Items[i], subflowv1.ConditionReady) {
+				ready++
+			}
+		}
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d flows Ready", ready, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// resyncAll reconciles every flow with the manager's default concurrency.
+func resyncAll(b *testing.B, r *controllers.SubscriptionFlowReconciler, keys []client.ObjectKey) {
+	work := make(chan client.ObjectKey)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range work {
+				if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	for _, key := range keys {
+		work <- key
+	}
+	close(work)
+	wg.Wait()
+}
+
+func patchBench(b *testing.B, flow *subflowv1.SubscriptionFlow, patch string) {
+	if err := k8s.Patch(context.Background(), flow, client.RawPatch("application/merge-patch+json", []byte(patch))); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func waitAll(b *testing.B, pods []*podsim.Pod, want protocol.State) {
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range pods {
+		for p.Consumer.State() != want {
+			if time.Now().After(deadline) {
+				b.Fatalf("%s still %s, want %s", p.Name, p.Consumer.State(), want)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := append([]time.Duration(nil), ds...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	return sorted[(len(sorted)-1)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rssMiB reads the resident set of this process (controller, agents and broker together, so an
+// upper bound for the controller alone).
+func rssMiB() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(fields[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

@@ -1,0 +1,152 @@
+// Command benchreport runs the repository's benchmarks in one go and writes BENCHMARKS.md:
+// machine details, every benchmark's figures per package, and DESIGN.md section 6's targets
+// marked met, missed or not measured.
+//
+//	go run ./hack/benchreport                      # every package with benchmarks
+//	go run ./hack/benchreport ./internal/pulsartest/
+//	go run ./hack/benchreport -input bench.txt     # report on saved go test -bench output
+//
+// Progress (go test's own output) goes to stderr. It exits non-zero when a package failed,
+// after writing the report.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+type options struct {
+	patterns  []string
+	output    string
+	input     string
+	bench     string
+	benchtime string
+	timeout   time.Duration
+}
+
+func main() {
+	if err := run(parseFlags()); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.output, "o", "", "report file (default BENCHMARKS.md at the module root)")
+	flag.StringVar(&o.input, "input", "", "parse this saved `go test -bench` output instead of running benchmarks (machine details are still this machine's)")
+	flag.StringVar(&o.bench, "bench", ".", "benchmark regexp passed to go test -bench")
+	flag.StringVar(&o.benchtime, "benchtime", "", "passed to go test -benchtime when set")
+	flag.DurationVar(&o.timeout, "timeout", 60*time.Minute, "go test -timeout per package")
+	flag.Parse()
+	o.patterns = flag.Args()
+	if len(o.patterns) == 0 {
+		o.patterns = []string{"./..."}
+	}
+	return o
+}
+
+func run(o options) error {
+	if o.output == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		o.output = filepath.Join(root, "BENCHMARKS.md")
+	}
+	out, runs, err := collect(o)
+	if err != nil {
+		return err
+	}
+	report, err := buildReport(o, out, runs)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	writeReport(&buf, report)
+	if err := os.WriteFile(o.output, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "benchreport: wrote %s (%d benchmarks)\n", o.output, len(out.Results))
+	return failedPackages(runs)
+}
+
+// collect runs the benchmarks package by package, or reads a saved run.
+func collect(o options) (BenchOutput, []PackageRun, error) {
+	if o.input != "" {
+		f, err := os.Open(o.input)
+		if err != nil {
+			return BenchOutput{}, nil, err
+		}
+		defer f.Close()
+		out, err := parseBenchOutput(f, "")
+		return out, nil, err
+	}
+	pkgs, err := benchmarkPackages(o.patterns)
+	if err != nil {
+		return BenchOutput{}, nil, err
+	}
+	if len(pkgs) == 0 {
+		return BenchOutput{}, nil, fmt.Errorf("no benchmarks in %s", strings.Join(o.patterns, " "))
+	}
+	fmt.Fprintf(os.Stderr, "benchreport: %d packages with benchmarks: %s\n", len(pkgs), strings.Join(pkgs, " "))
+	var all BenchOutput
+	var runs []PackageRun
+	for _, pkg := range pkgs {
+		out, run := runPackage(o, pkg, os.Stderr)
+		all.Results = append(all.Results, out.Results...)
+		if out.CPU != "" {
+			all.CPU = out.CPU
+		}
+		runs = append(runs, run)
+	}
+	return all, runs, nil
+}
+
+func buildReport(o options, out BenchOutput, runs []PackageRun) (Report, error) {
+	verdicts, err := evaluateTargets(targets, out.Results)
+	if err != nil {
+		return Report{}, err
+	}
+	machine := describeMachine()
+	machine.TestCPU = out.CPU
+	command := "`go " + shellJoin(benchArgs(o)) + " " + strings.Join(o.patterns, " ") + "`"
+	if o.input != "" {
+		command = "the benchmarks whose output was saved in `" + o.input + "`"
+	}
+	return Report{
+		Command:  command,
+		Machine:  machine,
+		Runs:     runs,
+		Results:  out.Results,
+		Verdicts: verdicts,
+	}, nil
+}
+
+// shellJoin quotes the arguments a shell would mangle, so the command can be pasted.
+func shellJoin(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = a
+		if strings.ContainsAny(a, "^$*?[]| ") {
+			quoted[i] = "'" + a + "'"
+		}
+	}
+	return strings.Join(quoted, " ")
+}
+
+func failedPackages(runs []PackageRun) error {
+	var errs []error
+	for _, r := range runs {
+		if r.Failure != "" {
+			errs = append(errs, fmt.Errorf("%s: %s", r.Package, r.Failure))
+		}
+	}
+	return errors.Join(errs...)
+}

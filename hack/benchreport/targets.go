@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+)
+
+// Target maps one DESIGN.md section 6 target to a figure a benchmark reports. Edit the table
+// below when a benchmark or a unit is renamed; a target whose benchmark did not run is shown
+// as "not measured" rather than failing the report.
+type Target struct {
+	Text      string  // the target as DESIGN.md states it
+	Benchmark string  // regexp on the benchmark name, sub-benchmarks included, without -GOMAXPROCS
+	Unit      string  // unit as reported: "ns/op", or a b.ReportMetric unit such as "p99-ms"
+	Over      string  // optional regexp of a second benchmark: the figure is Benchmark/Over in Unit
+	Cmp       string  // ">=", "<=", ">" or "<"; empty for context without a target
+	Threshold float64 // in Unit
+}
+
+// probeBound is DESIGN.md's limit on admin API probes to resolve one seek index.
+func probeBound(entries float64) float64 { return 2*math.Log2(entries) + 8 }
+
+var targets = []Target{
+	{Text: "Gate overhead: agent / raw consumer throughput, interleaved rounds", Benchmark: `^BenchmarkConsumeInterleaved$`, Unit: "agent/raw", Cmp: ">=", Threshold: 0.98},
+	{Text: "Gate overhead: agent / raw consumer throughput, separate runs", Benchmark: `^BenchmarkConsume/agent$`, Over: `^BenchmarkConsume/raw$`, Unit: "msgs/s", Cmp: ">=", Threshold: 0.98},
+	{Text: "Pause propagation, 100 pods: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 250},
+	{Text: "Pause propagation, 100 pods: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
+	{Text: "Pause propagation, 1000 agents: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Pause propagation, 1000 agents: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Pause propagation, 10 agents (context)", Benchmark: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms"},
+	{Text: "Resume: first buffered message to the app, p99 <= 5 ms", Benchmark: `^BenchmarkResumeToFirstMessage$`, Unit: "p99-\u00b5s", Cmp: "<=", Threshold: 5000},
+	{Text: "Seek by index, 10^6 entries: probes <= 2*log2(entries)+8", Benchmark: `^BenchmarkSeekProbes/entries=1000000/`, Unit: "probes/op", Cmp: "<=", Threshold: probeBound(1e6)},
+	{Text: "Seek by index, 10^7 entries: probes <= 2*log2(entries)+8", Benchmark: `^BenchmarkSeekProbes/entries=10000000/`, Unit: "probes/op", Cmp: "<=", Threshold: probeBound(1e7)},
+	{Text: "Seek by index, 10^6 entries: under 1 s", Benchmark: `^BenchmarkSeekProbes/entries=1000000/`, Unit: "ns/op", Cmp: "<", Threshold: 1e9},
+	{Text: "Seek by index, 10^7 entries: under 1 s", Benchmark: `^BenchmarkSeekProbes/entries=10000000/`, Unit: "ns/op", Cmp: "<", Threshold: 1e9},
+	{Text: "Controller: full resync of 1000 flows x 10 pods under 10 s", Benchmark: `^BenchmarkFullResync$`, Unit: "resync-ms", Cmp: "<", Threshold: 10_000},
+	{Text: "Controller: RSS under 200 MiB", Benchmark: `^BenchmarkFullResync$`, Unit: "rss-MiB", Cmp: "<", Threshold: 200},
+	{Text: "Test broker throughput (context: the ceiling for the consume benchmarks)", Benchmark: `^BenchmarkProduceConsume/`, Unit: "msgs/s"},
+}
+
+// Verdict is a target checked against one benchmark (or "not measured" without one).
+type Verdict struct {
+	Target    Target
+	Benchmark string // empty when not measured
+	Value     float64
+	Status    string // "met", "missed", "not measured" or "context"
+}
+
+const (
+	statusMet         = "met"
+	statusMissed      = "missed"
+	statusNotMeasured = "not measured"
+	statusContext     = "context"
+)
+
+// evaluateTargets checks every target against every benchmark it matches.
+func evaluateTargets(targets []Target, results []Result) ([]Verdict, error) {
+	var verdicts []Verdict
+	for _, t := range targets {
+		vs, err := evaluateTarget(t, results)
+		if err != nil {
+			return nil, err
+		}
+		verdicts = append(verdicts, vs...)
+	}
+	return verdicts, nil
+}
+
+func evaluateTarget(t Target, results []Result) ([]Verdict, error) {
+	match, err := regexp.Compile(t.Benchmark)
+	if err != nil {
+		return nil, fmt.Errorf("target %q: %w", t.Text, err)
+	}
+	var verdicts []Verdict
+	for _, r := range results {
+		if !match.MatchString(r.Name) {
+			continue
+		}
+		value, ok, err := measure(t, r, results)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			verdicts = append(verdicts, Verdict{Target: t, Benchmark: r.Name, Value: value, Status: judge(t, value)})
+		}
+	}
+	if len(verdicts) == 0 {
+		verdicts = append(verdicts, Verdict{Target: t, Status: statusNotMeasured})
+	}
+	return verdicts, nil
+}
+
+// measure returns the target's figure for r: its metric, or its ratio to the Over benchmark.
+func measure(t Target, r Result, results []Result) (float64, bool, error) {
+	value, ok := r.Metric(t.Unit)
+	if !ok || t.Over == "" {
+		return value, ok, nil
+	}
+	over, err := regexp.Compile(t.Over)
+	if err != nil {
+		return 0, false, fmt.Errorf("target %q: %w", t.Text, err)
+	}
+	for _, d := range results {
+		if denominator, ok := d.Metric(t.Unit); ok && over.MatchString(d.Name) && denominator != 0 {
+			return value / denominator, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+func judge(t Target, value float64) string {
+	var met bool
+	switch t.Cmp {
+	case ">=":
+		met = value >= t.Threshold
+	case "<=":
+		met = value <= t.Threshold
+	case ">":
+		met = value > t.Threshold
+	case "<":
+		met = value < t.Threshold
+	default:
+		return statusContext
+	}
+	if met {
+		return statusMet
+	}
+	return statusMissed
+}

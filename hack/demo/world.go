@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testenv"
+)
+
+const (
+	namespace    = "shop"
+	topic        = "persistent://public/default/orders"
+	subscription = "orders-ingest"
+	token        = "demo-agent-token"
+)
+
+// world is everything the demo runs: control plane, broker, controller, pods, producer.
+type world struct {
+	env      *envtest.Environment
+	k8s      client.Client
+	broker   *pulsartest.Broker
+	clock    *shiftClock
+	pods     []*podsim.Pod
+	produced atomic.Int64
+	stop     []func()
+
+	stopProducerOnce sync.Once
+	stopProducerFn   func()
+}
+
+// stopProducer stops publishing; safe to call more than once.
+func (w *world) stopProducer() {
+	w.stopProducerOnce.Do(func() {
+		if w.stopProducerFn != nil {
+			w.stopProducerFn()
+		}
+	})
+}
+
+// shiftClock is the controller's clock; the demo moves it to show a maintenance window
+// without waiting for one.
+type shiftClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *shiftClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *shiftClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.offset = time.Until(t) }
+
+func (c *shiftClock) Reset() { c.mu.Lock(); defer c.mu.Unlock(); c.offset = 0 }
+
+func startWorld(ctx context.Context, pods int) (*world, error) {
+	w := &world{clock: &shiftClock{}}
+	step("starting a local control plane (kube-apiserver + etcd; built from source on first use)")
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		return nil, err
+	}
+	w.env = env
+	w.stop = append(w.stop, func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	if w.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return w, err
+	}
+	step("starting the test Pulsar broker")
+	if w.broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+		return w, err
+	}
+	w.stop = append(w.stop, func() { _ = w.broker.Close() })
+	fmt.Printf("   service %s, admin %s\n", w.broker.ServiceURL(), w.broker.AdminURL())
+	if err := w.startController(ctx, cfg, scheme); err != nil {
+		return w, err
+	}
+	if err := w.createNamespace(ctx); err != nil {
+		return w, err
+	}
+	if err := w.startPods(ctx, pods); err != nil {
+		return w, err
+	}
+	return w, w.startProducer(ctx, 200)
+}
+
+func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) error {
+	step("starting the subflow controller")
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Client: controllers.ClientOptions()})
+	if err != nil {
+		return err
+	}
+	r := &controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: w.clock,
+		Agents: controllers.NewHTTPAgentClient(2 * time.Second), Recorder: mgr.GetEventRecorder("subflow-controller"),
+		Resync: 30 * time.Second}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(mctx) }()
+	w.stop = append(w.stop, func() { cancel(); <-done })
+	return nil
+}
+
+func (w *world) createNamespace(ctx context.Context) error {
+	if err := w.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return err
+	}
+	return w.k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: controllers.DefaultTokenSecret},
+		Data: map[string][]byte{controllers.DefaultTokenKey: []byte(token)}})
+}
+
+// startPods runs n consumer pods built on the agent (see examples/consumer for the app side)
+// and registers them as Pod objects with a loopback IP, as the kubelet would.
+func (w *world) startPods(ctx context.Context, n int) error {
+	step(fmt.Sprintf("starting %d consumer pods, each with an agent on its own port", n))
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("orders-worker-%d", i)
+		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.broker.ServiceURL(), AdminURL: w.broker.AdminURL(),
+			Token: token, Topic: topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50})
+		if err != nil {
+			return err
+		}
+		w.pods = append(w.pods, p)
+		w.stop = append(w.stop, p.Close)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": "orders-worker"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "orders-worker:demo",
+				Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(p.Port)}}}}},
+		}
+		if err := w.k8s.Create(ctx, pod); err != nil {
+			return err
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+		if err := w.k8s.Status().Update(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startProducer publishes rate messages per second until stopProducer.
+func (w *world) startProducer(ctx context.Context, rate int) error {
+	step(fmt.Sprintf("starting a producer at %d messages/s", rate))
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.broker.ServiceURL(), Logger: log.DefaultNopLogger()})
+	if err != nil {
+		return err
+	}
+	producer, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: 5 * time.Millisecond})
+	if err != nil {
+		c.Close()
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-tick.C:
+				n := w.produced.Load()
+				if _, err := producer.Send(pctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("order-%d", n))}); err == nil {
+					w.produced.Add(1)
+				}
+			}
+		}
+	}()
+	w.stop = append(w.stop, func() { w.stopProducer(); producer.Close(); c.Close() })
+	w.stopProducerFn = func() { cancel(); <-done }
+	return nil
+}
+
+func (w *world) close() {
+	for i := len(w.stop) - 1; i >= 0; i-- {
+		w.stop[i]()
+	}
+}
+
+// writeKubeconfig writes an admin kubeconfig for the local control plane (for --interactive).
+func (w *world) writeKubeconfig() (string, error) {
+	user, err := w.env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(os.TempDir(), "subflow-demo.kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
+}
