@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -32,10 +34,17 @@ func init() {
 
 var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers"}
 
-// recordFlowMetrics publishes one flow's gauges; series of other states are reset so that a
-// flow has exactly one paused series.
+// pausedSeries remembers each flow's current paused series so that a state change replaces it
+// without scanning every flow's series.
+var pausedSeries sync.Map // namespace/name -> [2]string{state, source}
+
+// recordFlowMetrics publishes one flow's gauges; a flow has exactly one paused series.
 func recordFlowMetrics(namespace, name, state, source string, agents map[string]int) {
-	flowPaused.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "name": name})
+	key := namespace + "/" + name
+	if old, ok := pausedSeries.Swap(key, [2]string{state, source}); ok && old != [2]string{state, source} {
+		labels := old.([2]string)
+		flowPaused.DeleteLabelValues(namespace, name, labels[0], labels[1])
+	}
 	value := 0.0
 	if state != "Running" {
 		value = 1
@@ -48,6 +57,7 @@ func recordFlowMetrics(namespace, name, state, source string, agents map[string]
 
 func forgetFlowMetrics(namespace, name string) {
 	labels := prometheus.Labels{"namespace": namespace, "name": name}
+	pausedSeries.Delete(namespace + "/" + name)
 	flowPaused.DeletePartialMatch(labels)
 	flowAgents.DeletePartialMatch(labels)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -96,8 +97,10 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	original := flow.DeepCopy()
 	result, err := r.reconcileNormal(ctx, flow)
-	if patchErr := r.Status().Patch(ctx, flow, client.MergeFrom(original)); patchErr != nil {
-		return ctrl.Result{}, patchErr
+	if !equality.Semantic.DeepEqual(original.Status, flow.Status) {
+		if patchErr := r.Status().Patch(ctx, flow, client.MergeFrom(original)); patchErr != nil {
+			return ctrl.Result{}, patchErr
+		}
 	}
 	r.emitEvents(original, flow)
 	return result, err
@@ -122,7 +125,8 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow)}
+	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
+		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents}
 	obs.Executor = keptExecutor(flow, pods)
 	target := r.targetFunc(flow, token)
 	obs.Outcomes = r.pushAll(ctx, pods, target, func(pod string) protocol.FlowRequest {

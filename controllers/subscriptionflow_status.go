@@ -31,6 +31,9 @@ type observation struct {
 	Executor  string       // pod executing the current seek
 	TokenRef  string       // "namespace/name key" for messages
 	Now       time.Time
+	// PreviousRevision and PreviousAgents are the status before this reconcile.
+	PreviousRevision int64
+	PreviousAgents   []subflowv1.AgentStatus
 }
 
 // computeStatus derives the whole status from the observation; old carries over condition
@@ -93,8 +96,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 			continue
 		}
 		pods.Synced++
-		now := metav1.NewTime(obs.Now)
-		agent.LastSyncTime = &now
+		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
 		agent.Message = o.Status.Conflict
 		for _, c := range o.Status.Consumers {
@@ -119,6 +121,20 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		agents = agents[:maxAgentsListed]
 	}
 	return pods, consumers, agents
+}
+
+// lastSync keeps the time a pod first applied the current revision, so that a resync that
+// changes nothing leaves the status as it is (and writes nothing).
+func lastSync(obs observation, pod string) *metav1.Time {
+	if obs.PreviousRevision == obs.Revision {
+		for _, a := range obs.PreviousAgents {
+			if a.Pod == pod && a.LastSyncTime != nil {
+				return a.LastSyncTime.DeepCopy()
+			}
+		}
+	}
+	now := metav1.NewTime(obs.Now)
+	return &now
 }
 
 func agentRank(a subflowv1.AgentStatus) int {

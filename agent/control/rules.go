@@ -15,11 +15,13 @@ import (
 
 // rule is one SubscriptionFlow as the controller last pushed it.
 type rule struct {
-	namespace, name string
+	key string // namespace/name
 	protocol.FlowRequest
 }
 
-func (r *rule) key() string { return r.namespace + "/" + r.name }
+func newRule(namespace, name string, req protocol.FlowRequest) *rule {
+	return &rule{key: namespace + "/" + name, FlowRequest: req}
+}
 
 // matches reports whether the rule applies to consumer c.
 func (r *rule) matches(c *agent.Consumer) bool {
@@ -42,12 +44,13 @@ type rules struct {
 
 	mu         sync.Mutex
 	byKey      map[string]*rule
+	bySub      map[string]map[string]*rule // subscription -> key -> rule: a rule only matches its subscription
 	generation int64                          // grows with every state computation, for agent.Consumer.SetState
 	seeks      map[string]protocol.SeekStatus // by flow UID + "/" + seek id: each id runs once
 }
 
 func newRules(a *agent.Agent) *rules {
-	rs := &rules{agent: a, byKey: map[string]*rule{}, seeks: map[string]protocol.SeekStatus{}}
+	rs := &rules{agent: a, byKey: map[string]*rule{}, bySub: map[string]map[string]*rule{}, seeks: map[string]protocol.SeekStatus{}}
 	// A consumer created later (a new subscription, a restarted app component) gets the state
 	// the rules already in force give it, before its first subscribe.
 	a.OnSubscribe(func(c *agent.Consumer) {
@@ -61,11 +64,27 @@ func newRules(a *agent.Agent) *rules {
 func (rs *rules) put(r *rule) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if old, ok := rs.byKey[r.key()]; ok && old.UID == r.UID && r.Revision < old.Revision {
+	old, ok := rs.byKey[r.key]
+	if ok && old.UID == r.UID && r.Revision < old.Revision {
 		return &errStale{requested: r.Revision, applied: old.Revision}
 	}
-	rs.byKey[r.key()] = r
+	if ok {
+		rs.unindexLocked(old)
+	}
+	rs.byKey[r.key] = r
+	if rs.bySub[r.Subscription] == nil {
+		rs.bySub[r.Subscription] = map[string]*rule{}
+	}
+	rs.bySub[r.Subscription][r.key] = r
 	return nil
+}
+
+func (rs *rules) unindexLocked(r *rule) {
+	delete(rs.byKey, r.key)
+	delete(rs.bySub[r.Subscription], r.key)
+	if len(rs.bySub[r.Subscription]) == 0 {
+		delete(rs.bySub, r.Subscription)
+	}
 }
 
 // remove deletes the rule of a flow; uid guards against deleting a recreated flow's rule.
@@ -79,7 +98,7 @@ func (rs *rules) remove(key, uid string) (bool, error) {
 	if uid != "" && old.UID != uid {
 		return true, fmt.Errorf("the rule for %s belongs to flow uid %s, not %s", key, old.UID, uid)
 	}
-	delete(rs.byKey, key)
+	rs.unindexLocked(old)
 	return true, nil
 }
 
@@ -88,7 +107,7 @@ func (rs *rules) desired(c *agent.Consumer) (protocol.State, int64) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	state := protocol.Running
-	for _, r := range rs.byKey {
+	for _, r := range rs.bySub[c.Subscription()] {
 		if r.matches(c) {
 			state = protocol.MostRestrictive(state, r.State)
 		}
@@ -129,13 +148,13 @@ func (rs *rules) conflicts(r *rule, consumers []*agent.Consumer) string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var names []string
-	for _, other := range rs.byKey {
-		if other.key() == r.key() || other.State == r.State {
+	for _, other := range rs.bySub[r.Subscription] {
+		if other.key == r.key || other.State == r.State {
 			continue
 		}
 		for _, c := range consumers {
 			if other.matches(c) {
-				names = append(names, fmt.Sprintf("%s (%s)", other.key(), other.State))
+				names = append(names, fmt.Sprintf("%s (%s)", other.key, other.State))
 				break
 			}
 		}
@@ -203,7 +222,8 @@ func (rs *rules) summary() []protocol.FlowSummary {
 	defer rs.mu.Unlock()
 	out := make([]protocol.FlowSummary, 0, len(rs.byKey))
 	for _, r := range rs.byKey {
-		out = append(out, protocol.FlowSummary{Namespace: r.namespace, Name: r.name, UID: r.UID,
+		namespace, name, _ := strings.Cut(r.key, "/")
+		out = append(out, protocol.FlowSummary{Namespace: namespace, Name: name, UID: r.UID,
 			AppliedRevision: r.Revision, State: r.State})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+out[i].Name < out[j].Namespace+out[j].Name })

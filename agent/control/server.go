@@ -135,14 +135,14 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "BadRequest", err.Error())
 		return
 	}
-	rl := &rule{namespace: r.PathValue("namespace"), name: r.PathValue("name"), FlowRequest: req}
+	rl := newRule(r.PathValue("namespace"), r.PathValue("name"), req)
 	if err := s.rules.put(rl); err != nil {
 		writeError(w, http.StatusConflict, "StaleRevision", err.Error())
 		return
 	}
 	s.agent.MarkSynced()
 	if err := s.rules.applyAll(r.Context()); err != nil {
-		s.log.Error(err, "Applying flow rule failed", "flow", rl.key(), "revision", req.Revision)
+		s.log.Error(err, "Applying flow rule failed", "flow", rl.key, "revision", req.Revision)
 	}
 	consumers := s.rules.matched(rl)
 	status := protocol.FlowStatus{
@@ -152,7 +152,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request) {
 		Seek:            s.rules.seek(r.Context(), rl, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
 	}
-	s.log.V(1).Info("Flow rule applied", "flow", rl.key(), "revision", req.Revision, "state", req.State, "consumers", len(consumers))
+	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
 	writeJSON(w, http.StatusOK, status)
 }
 
