@@ -250,7 +250,7 @@ func TestSeekExecutesOnceAndAgainForNewID(t *testing.T) {
 	eventually(t, "30 consumed", func() bool { return totalReceived(pods...) == 30 })
 	// Grouped acks still pending in a client when the cursor moves back make that client drop the
 	// replayed messages as duplicates; a seek comes after the acks reached the broker.
-	eventually(t, "30 acks on the broker", func() bool { return broker.Subscription(topic, "ingest").Acked == 30 })
+	waitAcked(t, topic)
 
 	index := int64(10)
 	flow := newFlow(ns, "seek", topic, subflowv1.StateRunning)
@@ -264,6 +264,7 @@ func TestSeekExecutesOnceAndAgainForNewID(t *testing.T) {
 		return fmt.Sprintf("received %v and %v, seek %+v", pods[0].Payloads(), pods[1].Payloads(), getFlow(t, flow).Status.Seek)
 	})
 
+	waitAcked(t, topic)
 	// Retried reconciles do not seek again; a new id does.
 	poke(t, flow)
 	index = 25
@@ -275,6 +276,19 @@ func TestSeekExecutesOnceAndAgainForNewID(t *testing.T) {
 	if n := totalReceived(pods...); n != 55 {
 		t.Fatalf("%d delivered, want 55: a seek ran more than once", n)
 	}
+}
+
+// waitAcked waits until every delivered message's ack reached the broker.
+func waitAcked(t *testing.T, topic string) {
+	t.Helper()
+	eventually(t, "acks on the broker", func() bool {
+		st := broker.Subscription(topic, "ingest")
+		unacked := int64(0)
+		for _, c := range st.Consumers {
+			unacked += c.Unacked
+		}
+		return st.Backlog == 0 && unacked == 0
+	})
 }
 
 func TestDeletingAFlowHonoursDeletionPolicy(t *testing.T) {

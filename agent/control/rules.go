@@ -44,7 +44,7 @@ type rules struct {
 
 	mu         sync.Mutex
 	byKey      map[string]*rule
-	bySub      map[string]map[string]*rule // subscription -> key -> rule: a rule only matches its subscription
+	bySub      map[string]map[string]*rule    // subscription -> key -> rule: a rule only matches its subscription
 	generation int64                          // grows with every state computation, for agent.Consumer.SetState
 	seeks      map[string]protocol.SeekStatus // by flow UID + "/" + seek id: each id runs once
 }
