@@ -23,7 +23,8 @@ func probeBound(entries float64) float64 { return 2*math.Log2(entries) + 8 }
 
 var targets = []Target{
 	{Text: "Gate overhead: agent / raw consumer throughput, interleaved rounds", Benchmark: `^BenchmarkConsumeInterleaved$`, Unit: "agent/raw", Cmp: ">=", Threshold: 0.98},
-	{Text: "Gate overhead: agent / raw consumer throughput, separate runs", Benchmark: `^BenchmarkConsume/agent$`, Over: `^BenchmarkConsume/raw$`, Unit: "msgs/s", Cmp: ">=", Threshold: 0.98},
+	// Separate runs are too noisy here to judge a 2% target; the interleaved rounds decide.
+	{Text: "Gate overhead: agent / raw consumer throughput, separate runs (context)", Benchmark: `^BenchmarkConsume/agent$`, Over: `^BenchmarkConsume/raw$`, Unit: "msgs/s"},
 	{Text: "Pause propagation, 100 pods: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Pause propagation, 100 pods: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Pause propagation, 1000 agents: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
