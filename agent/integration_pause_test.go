@@ -226,6 +226,41 @@ func TestIntegrationPartitionedTopic(t *testing.T) {
 	eventually(t, "every message", func() bool { return len(col.distinct()) == 90 })
 }
 
+// A partition added while a partitioned consumer is paused inherits the pause: its consumer
+// gets the client's initial grant on subscribe (the known limit) and nothing more, and none of
+// its messages reach the application before Resume.
+func TestIntegrationPartitionAppearingWhilePaused(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	if err := e.broker.CreatePartitionedTopic(topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize,
+		AutoDiscoveryPeriod: 50 * time.Millisecond})
+	col := collectAcking(t, c, false)
+	eventually(t, "two initial grants", func() bool { return len(e.broker.Flows(topic, "sub")) == 2 })
+	c.Pause()
+	if err := e.broker.UpdatePartitionedTopic(topic, 3); err != nil {
+		t.Fatal(err)
+	}
+	added := topic + "-partition-2"
+	eventually(t, "a consumer on the new partition", func() bool { return len(e.broker.Subscription(added, "sub").Consumers) == 1 })
+	e.produce(t, topic, 0, 60, 1)
+	eventually(t, "the new partition's grant spent", func() bool {
+		st := e.broker.Subscription(added, "sub")
+		return st.Consumers[0].Permits == 0
+	})
+	if n := col.count(); n != 0 {
+		t.Fatalf("%d messages reached the application while paused", n)
+	}
+	flows := e.broker.Flows(added, "sub")
+	if len(flows) != 1 || flows[0].Permits > queueSize {
+		t.Fatalf("new partition FLOWs while paused: %+v, want only the initial grant", flows)
+	}
+	c.Resume()
+	eventually(t, "every message", func() bool { return len(col.distinct()) == 60 })
+}
+
 // A topic that appears while a regex consumer is paused inherits the pause.
 func TestIntegrationRegexTopicAppearingWhilePaused(t *testing.T) {
 	e := newEnv(t)

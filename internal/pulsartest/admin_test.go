@@ -217,3 +217,22 @@ func TestTopicNames(t *testing.T) {
 		}
 	}
 }
+
+func TestUpdatePartitionedTopicOnlyGrows(t *testing.T) {
+	b := Start(t)
+	if err := b.UpdatePartitionedTopic("missing", 3); err == nil {
+		t.Fatal("updated a topic that does not exist")
+	}
+	if err := b.CreatePartitionedTopic("grow", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.UpdatePartitionedTopic("grow", 2); err == nil {
+		t.Fatal("an update to the same count was accepted")
+	}
+	if err := b.UpdatePartitionedTopic("persistent://public/default/grow", 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.partitionsOf("persistent://public/default/grow"); got != 4 {
+		t.Fatalf("partitions = %d, want 4", got)
+	}
+}

@@ -177,6 +177,27 @@ func (b *Broker) CreatePartitionedTopic(topic string, partitions int) error {
 	return nil
 }
 
+// UpdatePartitionedTopic grows a partitioned topic to partitions, as
+// `pulsar-admin topics update-partitioned-topic` does; clients find the new partitions when they
+// next poll the partition metadata. Pulsar cannot shrink a topic, nor can this.
+func (b *Broker) UpdatePartitionedTopic(topic string, partitions int) error {
+	tn, err := parseTopic(topic)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, ok := b.partitioned[tn.full]
+	if !ok {
+		return fmt.Errorf("partitioned topic %q does not exist", tn.full)
+	}
+	if partitions <= old {
+		return fmt.Errorf("partitioned topic %q has %d partitions: it can only grow", tn.full, old)
+	}
+	b.partitioned[tn.full] = partitions
+	return nil
+}
+
 func (b *Broker) partitionsOf(full string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
