@@ -11,17 +11,13 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// pushAll sends req to every pod's agent with at most parallel calls in flight and returns one
-// outcome per pod, in the pods' order. Pods without an IP are reported unreachable at once.
-func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget,
-	request func(pod string) protocol.FlowRequest) []podOutcome {
-	outcomes := make([]podOutcome, len(pods))
+// fanOut calls call for every pod that has an agent address, with at most parallelism calls in
+// flight, and returns when all are done.
+func (r *SubscriptionFlowReconciler) fanOut(pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, call func(i int, t AgentTarget)) {
 	sem := make(chan struct{}, r.parallelism())
 	var wg sync.WaitGroup
 	for i := range pods {
-		pod := &pods[i]
-		outcomes[i].Pod = pod.Name
-		t := target(pod)
+		t := target(&pods[i])
 		if t.BaseURL == "" {
 			continue
 		}
@@ -29,18 +25,31 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, pods []corev1.
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			start := time.Now()
-			status, err := r.Agents.PutFlow(ctx, t, request(pod.Name))
-			pushDuration.Observe(time.Since(start).Seconds())
-			if err != nil {
-				pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
-				outcomes[i].Err = err
-				return
-			}
-			outcomes[i].Status = &status
+			call(i, t)
 		}()
 	}
 	wg.Wait()
+}
+
+// pushAll sends each pod's request to its agent and returns one outcome per pod, in the pods'
+// order. Pods without an IP are reported unreachable at once.
+func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget,
+	request func(pod string) protocol.FlowRequest) []podOutcome {
+	outcomes := make([]podOutcome, len(pods))
+	for i := range pods {
+		outcomes[i].Pod = pods[i].Name
+	}
+	r.fanOut(pods, target, func(i int, t AgentTarget) {
+		start := time.Now()
+		status, err := r.Agents.PutFlow(ctx, t, request(t.Pod))
+		pushDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
+			pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
+			outcomes[i].Err = err
+			return
+		}
+		outcomes[i].Status = &status
+	})
 	return outcomes
 }
 
@@ -62,24 +71,12 @@ func pushErrorReason(err error) string {
 func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []string {
 	var mu sync.Mutex
 	var failed []string
-	sem := make(chan struct{}, r.parallelism())
-	var wg sync.WaitGroup
-	for i := range pods {
-		t := target(&pods[i])
-		if t.BaseURL == "" {
-			continue
+	r.fanOut(pods, target, func(_ int, t AgentTarget) {
+		if err := r.Agents.DeleteFlow(ctx, t, uid); err != nil {
+			mu.Lock()
+			failed = append(failed, t.Pod+" ("+err.Error()+")")
+			mu.Unlock()
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := r.Agents.DeleteFlow(ctx, t, uid); err != nil {
-				mu.Lock()
-				failed = append(failed, t.Pod+" ("+err.Error()+")")
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	})
 	return failed
 }
