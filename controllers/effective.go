@@ -7,6 +7,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // cronParser accepts what the CRD admits: five fields or a descriptor such as @daily.
@@ -127,11 +128,7 @@ func activeOverride(annotations map[string]string, now time.Time) (subflowv1.Flo
 }
 
 func mostRestrictive(a, b subflowv1.FlowState) subflowv1.FlowState {
-	rank := map[subflowv1.FlowState]int{subflowv1.StateRunning: 1, subflowv1.StatePaused: 2, subflowv1.StateStopped: 3}
-	if rank[b] > rank[a] {
-		return b
-	}
-	return a
+	return subflowv1.FlowState(protocol.MostRestrictive(protocol.State(a), protocol.State(b)))
 }
 
 func earliest(a, b *time.Time) *time.Time {
