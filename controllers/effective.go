@@ -6,8 +6,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
 // cronParser accepts what the CRD admits: five fields or a descriptor such as @daily.
