@@ -61,23 +61,34 @@ func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) 
 	}
 }
 
-// next blocks until a message may reach the application and returns it.
-func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
+// lockOpen waits until the gate is open and returns with c.mu held, along with the channel
+// that signals the next gate change. On error (consumer closed, ctx ended) c.mu is not held.
+func (c *Consumer) lockOpen(ctx context.Context) (<-chan struct{}, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return pulsar.ConsumerMessage{}, ErrConsumerClosed
+			return nil, ErrConsumerClosed
 		}
 		changed := c.changed
-		if !c.open {
-			c.mu.Unlock()
-			select {
-			case <-changed:
-				continue
-			case <-ctx.Done():
-				return pulsar.ConsumerMessage{}, ctx.Err()
-			}
+		if c.open {
+			return changed, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// next blocks until a message may reach the application and returns it.
+func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
+	for {
+		changed, err := c.lockOpen(ctx)
+		if err != nil {
+			return pulsar.ConsumerMessage{}, err
 		}
 		if cm, ok := c.popHeldLocked(); ok {
 			c.mu.Unlock()
@@ -179,20 +190,8 @@ func (c *Consumer) receiveZeroQueue(ctx context.Context) (pulsar.Message, error)
 		return nil, ctx.Err()
 	}
 	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, ErrConsumerClosed
-		}
-		changed := c.changed
-		if !c.open {
-			c.mu.Unlock()
-			select {
-			case <-changed:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+		if _, err := c.lockOpen(ctx); err != nil {
+			return nil, err
 		}
 		if cm, ok := c.popHeldLocked(); ok {
 			c.mu.Unlock()
