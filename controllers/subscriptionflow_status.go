@@ -211,7 +211,7 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			continue
 		}
 		switch o.Status.Seek.State {
-		case protocol.SeekCompleted:
+		case protocol.SeekSucceeded:
 			now := metav1.NewTime(obs.Now)
 			st.CompletionTime = &now
 			for _, p := range o.Status.Seek.Positions {

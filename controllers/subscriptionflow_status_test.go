@@ -110,7 +110,7 @@ func TestComputeStatusSeek(t *testing.T) {
 	index := int64(42)
 	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
 	done := agentAnswer(protocol.Paused)
-	done.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekCompleted,
+	done.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekSucceeded,
 		Positions: []protocol.SeekPosition{{Partition: -1, Index: 42, MessageID: "7:3:-1:-1"}}}
 	st := computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
 		Outcomes: []podOutcome{{Pod: "a", Status: done}}, Now: time.Now()})

@@ -212,7 +212,7 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumers []*a
 		}
 		return status
 	}
-	status.State, status.Positions = protocol.SeekCompleted, result.Positions
+	status.State, status.Positions = protocol.SeekSucceeded, result.Positions
 	return status
 }
 

@@ -275,7 +275,7 @@ func TestSeekRunsOncePerID(t *testing.T) {
 	req := protocol.FlowRequest{UID: "u", Revision: 1, Subscription: "sub", State: protocol.Running,
 		Seek: &protocol.SeekRequest{ID: "s1", Index: &index, Execute: true}}
 	code, st := put(t, pod, "f", req)
-	if code != 200 || st.Seek == nil || st.Seek.State != protocol.SeekCompleted || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].Index != 5 {
+	if code != 200 || st.Seek == nil || st.Seek.State != protocol.SeekSucceeded || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].Index != 5 {
 		t.Fatalf("seek: %d %+v", code, st.Seek)
 	}
 	eventually(t, "messages from index 5 redelivered", func() bool { return pod.Received() == 35 })
@@ -284,7 +284,7 @@ func TestSeekRunsOncePerID(t *testing.T) {
 	}
 	// The same id again (a retry) must not move the cursor back.
 	req.Revision = 2
-	if _, st := put(t, pod, "f", req); st.Seek.State != protocol.SeekCompleted {
+	if _, st := put(t, pod, "f", req); st.Seek.State != protocol.SeekSucceeded {
 		t.Fatalf("retried seek: %+v", st.Seek)
 	}
 	produce(t, b, "events", 1)

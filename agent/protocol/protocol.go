@@ -74,8 +74,14 @@ type SeekRequest struct {
 	Index *int64 `json:"index,omitempty"`
 	// Partitions gives one index per partition of a partitioned topic.
 	Partitions []PartitionIndex `json:"partitions,omitempty"`
-	// Execute is true on exactly one agent per seek ID; the others only drop stale held messages.
+	// Execute is true on exactly one agent per seek ID. The executor starts the seek in the
+	// background under its own deadline and answers at once with SeekRunning; later pushes
+	// (or GET /state) report SeekSucceeded or SeekFailed. An ID runs at most once per flow UID.
 	Execute bool `json:"execute,omitempty"`
+	// Succeeded tells every agent that the executor's seek succeeded. Only then does an agent
+	// that did not execute it drop the messages it held from before the seek was announced to
+	// it (the broker redelivers from the new cursor). Announcing a seek changes nothing.
+	Succeeded bool `json:"succeeded,omitempty"`
 }
 
 // PartitionIndex is a target index on one partition.
@@ -116,10 +122,14 @@ type ConsumerStatus struct {
 type SeekState string
 
 const (
-	SeekPending   SeekState = "Pending"
-	SeekCompleted SeekState = "Completed"
-	SeekFailed    SeekState = "Failed"
-	// SeekObserved means the agent was not the executor and only dropped stale messages.
+	// SeekRunning means the executor started the seek and it has not finished yet.
+	SeekRunning SeekState = "Running"
+	// SeekSucceeded means the cursors moved; Positions tells where.
+	SeekSucceeded SeekState = "Succeeded"
+	// SeekFailed means nothing moved; Reason and Error tell why.
+	SeekFailed SeekState = "Failed"
+	// SeekObserved means the agent is not the executor: it noted the announcement and drops
+	// what it held from before it once told the seek succeeded.
 	SeekObserved SeekState = "Observed"
 )
 
@@ -160,7 +170,28 @@ type FlowSummary struct {
 
 // Error is the JSON body of every non-2xx answer.
 type Error struct {
-	// Reason is stable and machine readable: BadRequest, Unauthorized, StaleRevision, ...
+	// Reason is stable and machine readable: one of the Reason constants.
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+	// AppliedRevision is the revision the agent holds for the flow, set with ReasonStaleRevision
+	// so that the controller can move past it in one step.
+	AppliedRevision int64 `json:"appliedRevision,omitempty"`
 }
+
+// Reasons of Error.
+const (
+	ReasonBadRequest = "BadRequest"
+	// ReasonUnsupportedMediaType: the body is not application/json.
+	ReasonUnsupportedMediaType = "UnsupportedMediaType"
+	ReasonUnauthorized         = "Unauthorized"
+	// ReasonStaleRevision (409): the agent applied a newer revision of the same flow UID.
+	ReasonStaleRevision = "StaleRevision"
+	// ReasonStaleUID (409): a newer flow with the same namespace/name (a new UID) replaced this
+	// UID's rule; the old UID is refused from then on.
+	ReasonStaleUID = "StaleUID"
+	// ReasonUIDMismatch (409): a DELETE named another UID than the rule's.
+	ReasonUIDMismatch = "UIDMismatch"
+	ReasonNotFound    = "NotFound"
+	// ReasonTooManyRequests (503): the agent refuses more concurrent connections.
+	ReasonTooManyRequests = "TooManyRequests"
+)
