@@ -41,10 +41,6 @@ type Consumer struct {
 	remoteGen                 int64
 	started                   bool
 
-	// zeroQueueTurn lets one underlying zero-queue Receive run at a time: each one grants the
-	// broker a permit, so Pause must be able to wait for the only one in flight.
-	zeroQueueTurn chan struct{}
-
 	pumpOnce sync.Once
 	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
 	pumping  bool                        // guarded by mu
@@ -54,37 +50,6 @@ type Consumer struct {
 	gate
 }
 
-// gate is the state the message path reads; guarded by Consumer.mu.
-type gate struct {
-	inner   pulsar.Consumer
-	src     chan pulsar.ConsumerMessage // the client's MessageChannel, unbuffered
-	open    bool                        // messages may reach the application
-	changed chan struct{}               // closed and replaced whenever the gate changes
-	// takers counts goroutines that may take a message from src or hold one in hand; closing
-	// the gate waits for it to drop to zero.
-	takers   int
-	held     []heldMessage
-	skips    map[int32]skipFilter
-	zqCancel context.CancelFunc
-	closed   bool
-
-	state               protocol.State
-	since               time.Time
-	receivedWhilePaused int64
-}
-
-// heldMessage is a message taken from the client while the gate closed.
-type heldMessage struct {
-	cm pulsar.ConsumerMessage
-	at time.Time
-}
-
-// skipFilter drops the messages before a seek target inside its batch entry.
-type skipFilter struct {
-	ledger, entry int64
-	batch         int32 // messages with a lower batch index are acked and skipped
-}
-
 func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *Consumer {
 	if opts.Name == "" {
 		// The client would draw a new random name on every subscribe; keep one for life so
@@ -92,16 +57,16 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		opts.Name = randomName()
 	}
 	c := &Consumer{
-		agent:         a,
-		client:        client,
-		opts:          opts,
-		topic:         topicLabel(opts),
-		zeroQueue:     opts.EnableZeroQueueConsumer,
-		remote:        protocol.Running,
-		transitions:   make(chan struct{}, 1),
-		zeroQueueTurn: make(chan struct{}, 1),
-		out:           make(chan pulsar.ConsumerMessage),
+		agent:       a,
+		client:      client,
+		opts:        opts,
+		topic:       topicLabel(opts),
+		zeroQueue:   opts.EnableZeroQueueConsumer,
+		remote:      protocol.Running,
+		transitions: make(chan struct{}, 1),
+		out:         make(chan pulsar.ConsumerMessage),
 	}
+	c.ready = make(chan pulsar.ConsumerMessage, readyCapacity)
 	c.takersGo = sync.NewCond(&c.mu)
 	c.changed = make(chan struct{})
 	c.state = protocol.Stopped
@@ -181,22 +146,36 @@ func (c *Consumer) Subscription() string { return c.opts.SubscriptionName }
 // Name returns the consumer name, kept across Stop and Run.
 func (c *Consumer) Name() string { return c.opts.Name }
 
-// Unsubscribe deletes the subscription through the underlying consumer.
+// Unsubscribe deletes the subscription. Like the client's consumer, which closes itself after
+// unsubscribing, the Consumer is then closed for good (as by Close): Receive returns
+// ErrConsumerClosed, State reports Stopped and not connected, and no later Run, Resume or
+// controller push can re-create the deleted subscription. Held messages are dropped; the
+// subscription is gone with them. On error nothing changes.
 func (c *Consumer) Unsubscribe() error {
-	inner, err := c.current()
-	if err != nil {
-		return err
-	}
-	return inner.Unsubscribe()
+	return c.unsubscribe(pulsar.Consumer.Unsubscribe)
 }
 
-// UnsubscribeForce deletes the subscription, disconnecting other consumers.
+// UnsubscribeForce deletes the subscription, disconnecting other consumers; then the
+// Consumer is closed as after Unsubscribe.
 func (c *Consumer) UnsubscribeForce() error {
+	return c.unsubscribe(pulsar.Consumer.UnsubscribeForce)
+}
+
+func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
+	if err := c.lock(context.Background()); err != nil {
+		return err
+	}
+	defer c.unlock()
 	inner, err := c.current()
 	if err != nil {
 		return err
 	}
-	return inner.UnsubscribeForce()
+	c.waitFetchStopped()
+	if err := call(inner); err != nil {
+		return err
+	}
+	c.finish("Consumer unsubscribed")
+	return nil
 }
 
 // GetLastMessageIDs returns the last message id of every subscribed topic.
@@ -265,19 +244,12 @@ func (c *Consumer) ReconsumeLaterWithCustomProperties(msg pulsar.Message, props 
 	}
 }
 
-// Nack asks for redelivery of msg; a no-op while stopped.
-func (c *Consumer) Nack(msg pulsar.Message) {
-	if inner, err := c.current(); err == nil {
-		inner.Nack(msg)
-	}
-}
+// Nack asks for redelivery of msg; a no-op while stopped. While paused the nack is deferred
+// until the consumer runs again, so nothing is redelivered or dead-lettered while paused.
+func (c *Consumer) Nack(msg pulsar.Message) { c.nack(deferredNack{msg: msg}) }
 
-// NackID asks for redelivery of a message by id; a no-op while stopped.
-func (c *Consumer) NackID(id pulsar.MessageID) {
-	if inner, err := c.current(); err == nil {
-		inner.NackID(id)
-	}
-}
+// NackID asks for redelivery of a message by id, deferred while paused like Nack.
+func (c *Consumer) NackID(id pulsar.MessageID) { c.nack(deferredNack{id: id}) }
 
 // Seek resets the subscription to id (non-partitioned topics, as in the client). Messages the
 // gate holds are dropped; the gate stays closed during the seek.
@@ -290,34 +262,38 @@ func (c *Consumer) SeekByTime(t time.Time) error {
 	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.SeekByTime(t) })
 }
 
-// Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed.
+// Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed, Run and
+// SetState return it, and State reports Stopped, not connected. Held messages and deferred
+// nacks are dropped: closing returns those messages to the broker. Idempotent.
 func (c *Consumer) Close() {
 	_ = c.lock(context.Background())
 	defer c.unlock()
+	c.finish("Consumer closed")
+}
+
+// finish closes the consumer for good; callers hold the transition lock.
+func (c *Consumer) finish(why string) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
 	c.closeGateLocked()
-	inner := c.inner
-	c.inner, c.src = nil, nil
-	c.dropHeldLocked(time.Time{})
+	c.closed = true
+	c.signalLocked()
 	c.mu.Unlock()
-	if inner != nil {
-		inner.Close()
-	}
+	c.closeInner()
+	c.recordState()
 	c.agent.forget(c)
 	c.metrics.delete()
-	c.log.Info("Consumer closed")
+	c.log.Info(why)
 }
 
 // discard releases a consumer whose first subscribe failed.
 func (c *Consumer) discard() {
 	c.mu.Lock()
 	c.closed = true
-	c.closeGateLocked()
+	c.signalLocked()
 	c.mu.Unlock()
 	c.metrics.delete()
 }

@@ -2,63 +2,197 @@ package agent
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// Receive returns the next message. While the consumer is Paused or Stopped it blocks until
-// the gate opens, ctx ends or the consumer is closed. Messages held by the gate come first.
-func (c *Consumer) Receive(ctx context.Context) (pulsar.Message, error) {
-	if c.zeroQueue {
-		return c.receiveZeroQueue(ctx)
-	}
-	c.mu.Lock()
-	pumping := c.pumping
-	c.mu.Unlock()
-	if pumping {
-		return c.receiveFromPump(ctx)
-	}
-	cm, err := c.next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return cm.Message, nil
+// The gate decides whether a message taken from the client may reach the application.
+//
+// pulsar-client-go returns a flow permit to the broker each time its dispatcher pushes a
+// message into the consumer's MessageChannel (src, unbuffered, owned by the gate). So whoever
+// takes from src decides whether permits flow. The gate's phases, and who may take:
+//
+//	gateOpen     the feeder takes from src into ready (the gate's own queue, readyCapacity
+//	             messages, so the client is never kept waiting on a slow handoff); takers
+//	             (Receive, the Chan pump) take from held first, then from ready, and hand over.
+//	gateClosing  closeGateLocked runs: the feeder is told to stop and takers to put back what
+//	             they have in hand; closeGateLocked waits for both.
+//	gateClosed   nobody takes from src or ready. What ready held, the feeder's last message and
+//	             whatever takers had in hand are in held, in order, and are delivered first once
+//	             the gate opens again. One exception: a zero-queue fetch already granted its
+//	             single permit before the gate closed; its message is held when it comes.
+//
+// Invariant: once closeGateLocked returns, no message is handed to the application, and
+// nothing more is taken from src (hence no new permit) until openGateLocked.
+//
+// openGateLocked and closeGateLocked are the only code that changes the phase; both run with
+// Consumer.mu held.
+type gatePhase int
+
+const (
+	gateClosed gatePhase = iota
+	gateOpen
+	gateClosing
+)
+
+// readyCapacity bounds the gate's own queue. With the feeder's message in hand it equals the
+// client's default MessageChannel capacity (10), so the agent buffers no more than the raw
+// client does.
+const readyCapacity = 9
+
+// gate is the state the message path reads; guarded by Consumer.mu unless noted.
+type gate struct {
+	inner   pulsar.Consumer
+	src     chan pulsar.ConsumerMessage // the client's MessageChannel, unbuffered
+	phase   gatePhase
+	changed chan struct{} // closed and replaced whenever the phase changes
+	// ready is filled by the feeder while open; takers read it without the lock.
+	ready  chan pulsar.ConsumerMessage
+	feeder *feeder // running while open (not for zero-queue consumers)
+	// takers counts goroutines that may take from held or ready, or hold a message in hand;
+	// closing waits for it to drop to zero.
+	takers int
+	held   []heldMessage
+	fetch  *zeroQueueFetch // the zero-queue Receive in flight, at most one
+	skips  map[int32]skipFilter
+
+	closed bool // Close or Unsubscribe ended the consumer for good
+
+	state               protocol.State
+	since               time.Time
+	receivedWhilePaused int64
+
+	nacks  []deferredNack   // nacks made while closed, issued when the gate opens
+	handed redeliveryFilter // messages held while closed, to drop their redelivered copies
+	// arrivalChecks is len(skips) > 0 || !handed.empty(): when false the feeder skips the lock.
+	arrivalChecks atomic.Bool
 }
 
-// Chan returns a channel that yields messages only while the gate is open. Like the client's
-// zero-queue consumer, a zero-queue Consumer panics here: it can only fetch on Receive.
-func (c *Consumer) Chan() <-chan pulsar.ConsumerMessage {
-	if c.zeroQueue {
-		panic("agent: a zero-queue consumer cannot support Chan; use Receive")
+// heldMessage is a message taken from the client while the gate closed.
+type heldMessage struct {
+	cm pulsar.ConsumerMessage
+	at time.Time
+}
+
+// skipFilter drops the messages before a seek target inside its batch entry.
+type skipFilter struct {
+	ledger, entry int64
+	batch         int32 // messages with a lower batch index are acked and skipped
+}
+
+// feeder moves messages from the client's channel to the gate's queue while the gate is open.
+type feeder struct {
+	stop chan struct{} // closed by closeGateLocked
+	done chan struct{} // closed when the feeder takes nothing more
+	// last is the message the feeder had taken when told to stop; written before done closes.
+	last *pulsar.ConsumerMessage
+}
+
+// openGateLocked lets messages reach the application and starts the feeder.
+func (c *Consumer) openGateLocked() {
+	if c.phase == gateOpen || c.closed || c.inner == nil {
+		return
 	}
-	c.pumpOnce.Do(func() {
+	c.phase = gateOpen
+	if !c.zeroQueue {
+		f := &feeder{stop: make(chan struct{}), done: make(chan struct{})}
+		c.feeder = f
+		go c.feed(f, c.src, c.inner)
+	}
+	c.signalLocked()
+}
+
+// closeGateLocked closes the gate and returns only when nothing can be handed over or taken
+// from the client any more: the feeder stopped, every taker delivered before this call or put
+// its message back, and the gate's queue moved to held.
+func (c *Consumer) closeGateLocked() {
+	if c.phase != gateOpen {
+		return
+	}
+	c.phase = gateClosing
+	c.signalLocked()
+	f := c.feeder
+	if f != nil {
+		close(f.stop)
+		c.mu.Unlock() // the feeder may need c.mu to finish its message
+		<-f.done
 		c.mu.Lock()
-		c.pumping = true
-		c.mu.Unlock()
-		go c.pump()
-	})
-	return c.out
-}
-
-// receiveFromPump serves Receive once Chan() is in use: the pump owns the take, so Receive
-// reads what it hands over.
-func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) {
+		c.feeder = nil
+	}
+	for c.takers > 0 {
+		c.takersGo.Wait()
+	}
 	for {
-		c.mu.Lock()
-		closed, changed := c.closed, c.changed
-		c.mu.Unlock()
-		if closed {
-			return nil, ErrConsumerClosed
+		select {
+		case cm := <-c.ready:
+			c.holdLocked(cm, false)
+			continue
+		default:
+		}
+		break
+	}
+	if f != nil && f.last != nil {
+		c.holdLocked(*f.last, false) // the newest message: after what the queue held
+	}
+	c.phase = gateClosed
+}
+
+// feed runs while the gate is open: it takes from the client's channel into the gate's queue
+// and stops taking as soon as it is told to.
+func (c *Consumer) feed(f *feeder, src <-chan pulsar.ConsumerMessage, inner pulsar.Consumer) {
+	defer close(f.done)
+	for {
+		select {
+		case <-f.stop:
+			return
+		default:
+		}
+		var cm pulsar.ConsumerMessage
+		select {
+		case <-f.stop:
+			return
+		case m, ok := <-src:
+			if !ok {
+				return
+			}
+			cm = m
+		}
+		if c.dropOnArrival(cm, inner) {
+			continue
 		}
 		select {
-		case cm := <-c.out:
-			return cm.Message, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-changed:
+		case c.ready <- cm:
+		case <-f.stop:
+			f.last = &cm
+			return
 		}
 	}
+}
+
+// dropOnArrival reports whether a message just taken from the client never reaches the
+// application: it lies before a seek target inside the target's batch entry (acked), or it
+// is the broker's second copy of a message the gate held and already handed over.
+func (c *Consumer) dropOnArrival(cm pulsar.ConsumerMessage, inner pulsar.Consumer) bool {
+	if !c.arrivalChecks.Load() {
+		return false
+	}
+	id := cm.Message.ID()
+	c.mu.Lock()
+	skip := c.skipLocked(id)
+	dup := !skip && c.handed.seenAgain(id)
+	c.syncArrivalChecksLocked()
+	c.mu.Unlock()
+	if skip {
+		_ = inner.AckID(id)
+	}
+	if dup {
+		c.metrics.duplicatesDropped.Inc()
+	}
+	return skip || dup
 }
 
 // lockOpen waits until the gate is open and returns with c.mu held, along with the channel
@@ -71,7 +205,7 @@ func (c *Consumer) lockOpen(ctx context.Context) (<-chan struct{}, error) {
 			return nil, ErrConsumerClosed
 		}
 		changed := c.changed
-		if c.open {
+		if c.phase == gateOpen {
 			return changed, nil
 		}
 		c.mu.Unlock()
@@ -94,12 +228,11 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 			c.mu.Unlock()
 			return cm, nil
 		}
-		src := c.src
 		c.takers++
 		c.mu.Unlock()
 		select {
-		case cm := <-src:
-			if c.admit(cm) {
+		case cm := <-c.ready:
+			if c.handOver(cm) {
 				cm.Consumer = c
 				return cm, nil
 			}
@@ -112,40 +245,30 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 	}
 }
 
-// admit decides the fate of a message just taken from the client: handed over when the gate
-// is still open, held when it closed meanwhile, acked and dropped when a seek skips it.
-func (c *Consumer) admit(cm pulsar.ConsumerMessage) bool {
+// handOver ends a take: true when the gate is still open, otherwise the message goes back to
+// the front of held (it is older than anything the gate's queue still has).
+func (c *Consumer) handOver(cm pulsar.ConsumerMessage) bool {
 	c.mu.Lock()
-	c.takers--
-	if c.takers == 0 {
-		c.takersGo.Broadcast()
+	defer c.mu.Unlock()
+	c.leaveLocked()
+	if c.phase == gateOpen {
+		return true
 	}
-	if c.skipLocked(cm.Message.ID()) {
-		inner := c.inner
-		c.mu.Unlock()
-		if inner != nil {
-			_ = inner.AckID(cm.Message.ID())
-		}
-		return false
-	}
-	if !c.open {
-		c.receivedWhilePaused++
-		c.metrics.receivedWhilePaused.Inc()
-		c.holdLocked(cm, false)
-		c.mu.Unlock()
-		return false
-	}
-	c.mu.Unlock()
-	return true
+	c.holdLocked(cm, true)
+	return false
 }
 
 func (c *Consumer) leave() {
 	c.mu.Lock()
+	c.leaveLocked()
+	c.mu.Unlock()
+}
+
+func (c *Consumer) leaveLocked() {
 	c.takers--
 	if c.takers == 0 {
 		c.takersGo.Broadcast()
 	}
-	c.mu.Unlock()
 }
 
 // pump feeds Chan(): it takes a message when the gate is open and offers it to the
@@ -157,7 +280,7 @@ func (c *Consumer) pump() {
 			return
 		}
 		c.mu.Lock()
-		if !c.open {
+		if c.phase != gateOpen {
 			c.holdLocked(cm, true)
 			c.mu.Unlock()
 			continue
@@ -170,61 +293,22 @@ func (c *Consumer) pump() {
 			c.leave()
 		case <-changed:
 			c.mu.Lock()
-			c.holdLocked(cm, true)
-			c.takers--
-			if c.takers == 0 {
-				c.takersGo.Broadcast()
-			}
+			c.leaveLocked()
+			c.holdLocked(cm, true) // offered again, first, once the gate is open
 			c.mu.Unlock()
 		}
-	}
-}
-
-// receiveZeroQueue calls the underlying Receive only on application demand while the gate is
-// open: each call grants the broker one permit, so a paused zero-queue consumer grants none.
-func (c *Consumer) receiveZeroQueue(ctx context.Context) (pulsar.Message, error) {
-	select {
-	case c.zeroQueueTurn <- struct{}{}:
-		defer func() { <-c.zeroQueueTurn }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	for {
-		if _, err := c.lockOpen(ctx); err != nil {
-			return nil, err
-		}
-		if cm, ok := c.popHeldLocked(); ok {
-			c.mu.Unlock()
-			return cm.Message, nil
-		}
-		inner := c.inner
-		callCtx, cancel := context.WithCancel(ctx)
-		c.zqCancel = cancel
-		c.takers++
-		c.mu.Unlock()
-
-		msg, err := inner.Receive(callCtx)
-		cancel()
-		c.mu.Lock()
-		c.zqCancel = nil
-		c.mu.Unlock()
-		if err == nil {
-			if c.admit(pulsar.ConsumerMessage{Consumer: c, Message: msg}) {
-				return msg, nil
-			}
-			continue
-		}
-		c.leave()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		// Otherwise the gate closed under the call (pause, stop, seek): wait again.
 	}
 }
 
 // holdLocked keeps a message for delivery after the gate opens; front puts it first (a
-// message the pump had in hand is older than any the gate took after it).
+// message a taker had in hand is older than any the gate's queue still has).
 func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
+	if c.phase != gateOpen {
+		c.receivedWhilePaused++
+		c.metrics.receivedWhilePaused.Inc()
+		c.handed.remember(cm.Message.ID())
+		c.syncArrivalChecksLocked()
+	}
 	h := heldMessage{cm: cm, at: time.Now()}
 	if front {
 		c.held = append([]heldMessage{h}, c.held...)
@@ -234,6 +318,7 @@ func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
 	c.metrics.held.Set(float64(len(c.held)))
 }
 
+// popHeldLocked takes the oldest held message.
 func (c *Consumer) popHeldLocked() (pulsar.ConsumerMessage, bool) {
 	if len(c.held) == 0 {
 		return pulsar.ConsumerMessage{}, false
@@ -271,6 +356,8 @@ func (c *Consumer) DropHeld(before time.Time) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.dropHeldLocked(before)
+	c.handed.forget() // the cursor moved: copies from the broker are no longer duplicates
+	c.syncArrivalChecksLocked()
 	if n > 0 {
 		c.log.Info("Held messages dropped", "dropped", n)
 	}
@@ -300,24 +387,7 @@ func (c *Consumer) signalLocked() {
 	c.changed = make(chan struct{})
 }
 
-// openGateLocked lets messages reach the application.
-func (c *Consumer) openGateLocked() {
-	if c.open || c.closed {
-		return
-	}
-	c.open = true
-	c.signalLocked()
-}
-
-// closeGateLocked closes the gate and returns only when no goroutine can hand a message over:
-// every taker has either delivered before this call or put its message on hold.
-func (c *Consumer) closeGateLocked() {
-	c.open = false
-	c.signalLocked()
-	if c.zqCancel != nil {
-		c.zqCancel()
-	}
-	for c.takers > 0 {
-		c.takersGo.Wait()
-	}
+// syncArrivalChecksLocked tells the feeder whether arriving messages need a look.
+func (c *Consumer) syncArrivalChecksLocked() {
+	c.arrivalChecks.Store(len(c.skips) > 0 || !c.handed.empty())
 }

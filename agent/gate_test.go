@@ -363,8 +363,9 @@ func TestNativePauseUsedWhenOffered(t *testing.T) {
 	}
 }
 
-// Zero-queue: the underlying Receive (one permit each) runs only on demand while the gate is
-// open; Pause cancels the one in flight and waits for it, so no permit is granted after.
+// Zero-queue: the underlying Receive (one permit each) starts only on demand while the gate
+// is open. Pause does not abandon the one in flight (its permit is granted already): its
+// message is held, and no new underlying Receive starts while paused.
 func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
 	fc := &fakeClient{}
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{EnableZeroQueueConsumer: true})
@@ -389,17 +390,26 @@ func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
 	}()
 	eventually(t, "an underlying Receive", func() bool { return inner.receives.Load() == 1 })
 	c.Pause()
-	before := inner.receives.Load()
-	if inner.tryPush(1) {
-		t.Fatal("a paused zero-queue consumer took a message")
+	inner.push(1) // the permit granted before the pause brings its message: held
+	eventually(t, "the message held", func() bool { return c.Status().HeldMessages == 1 })
+	if inner.tryPush(2) {
+		t.Fatal("a paused zero-queue consumer took a second message")
+	}
+	if n := inner.receives.Load(); n != 1 {
+		t.Fatalf("%d underlying receives while paused, want 1", n)
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("message %d reached the application while paused", s)
+	default:
 	}
 	c.Resume()
+	if s := <-got; s != 1 {
+		t.Fatalf("got %d, want the held 1", s)
+	}
 	inner.push(2)
 	if s := <-got; s != 2 {
 		t.Fatalf("got %d, want 2", s)
-	}
-	if before != 1 {
-		t.Fatalf("%d underlying receives before resume, want 1", before)
 	}
 }
 

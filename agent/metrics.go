@@ -18,6 +18,9 @@ type metrics struct {
 	transitions         *prometheus.CounterVec
 	seekProbes          prometheus.Counter
 	seeks               *prometheus.CounterVec
+	deferredNacks       *prometheus.GaugeVec
+	duplicatesDropped   *prometheus.CounterVec
+	nacksOverflow       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,6 +49,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "subflow_agent_seeks_total",
 			Help: "Seeks by index, by result (Completed, Failed).",
 		}, []string{"result"}),
+		deferredNacks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "subflow_agent_deferred_nacks",
+			Help: "Nacks made while paused, issued when the consumer runs again.",
+		}, consumerLabelNames),
+		duplicatesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "subflow_agent_redelivered_duplicates_dropped_total",
+			Help: "Broker redeliveries of messages the gate held and delivered, dropped so the application gets them once.",
+		}, consumerLabelNames),
+		nacksOverflow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "subflow_agent_nacks_not_deferred_total",
+			Help: "Nacks made while paused that exceeded the deferral bound and went to the client at once.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -57,6 +72,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.transitions = register(reg, m.transitions, &err)
 	m.seekProbes = register(reg, m.seekProbes, &err)
 	m.seeks = register(reg, m.seeks, &err)
+	m.deferredNacks = register(reg, m.deferredNacks, &err)
+	m.duplicatesDropped = register(reg, m.duplicatesDropped, &err)
+	m.nacksOverflow = register(reg, m.nacksOverflow, &err)
 	return m, err
 }
 
@@ -83,6 +101,8 @@ type consumerMetrics struct {
 	labels              []string
 	held                prometheus.Gauge
 	receivedWhilePaused prometheus.Counter
+	deferredNacks       prometheus.Gauge
+	duplicatesDropped   prometheus.Counter
 }
 
 func (m *metrics) forConsumer(topic, subscription, name string) consumerMetrics {
@@ -92,6 +112,8 @@ func (m *metrics) forConsumer(topic, subscription, name string) consumerMetrics 
 		labels:              labels,
 		held:                m.held.WithLabelValues(labels...),
 		receivedWhilePaused: m.receivedWhilePaused.WithLabelValues(labels...),
+		deferredNacks:       m.deferredNacks.WithLabelValues(labels...),
+		duplicatesDropped:   m.duplicatesDropped.WithLabelValues(labels...),
 	}
 	cm.setState("", protocol.Stopped)
 	return cm
@@ -123,4 +145,6 @@ func (cm consumerMetrics) delete() {
 	}
 	cm.m.held.DeleteLabelValues(cm.labels...)
 	cm.m.receivedWhilePaused.DeleteLabelValues(cm.labels...)
+	cm.m.deferredNacks.DeleteLabelValues(cm.labels...)
+	cm.m.duplicatesDropped.DeleteLabelValues(cm.labels...)
 }

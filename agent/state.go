@@ -95,7 +95,7 @@ func (c *Consumer) State() protocol.State {
 func (c *Consumer) IsPaused() bool { return c.State() != protocol.Running }
 
 func (c *Consumer) logIfFailed(err error) {
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrConsumerClosed) {
 		c.log.Error(err, "Applying state failed")
 	}
 }
@@ -129,7 +129,10 @@ func (c *Consumer) desired() protocol.State {
 
 // reconcile brings the consumer to the desired state. Callers hold the transition lock.
 func (c *Consumer) reconcile() error {
-	if !c.started || c.isClosed() {
+	if c.isClosed() {
+		return ErrConsumerClosed
+	}
+	if !c.started {
 		return nil
 	}
 	want := c.desired()
@@ -162,6 +165,9 @@ func (c *Consumer) isClosed() bool {
 func (c *Consumer) openGate() {
 	c.mu.Lock()
 	c.openGateLocked()
+	if c.phase == gateOpen {
+		c.issueNacksLocked()
+	}
 	inner := c.inner
 	c.mu.Unlock()
 	if p, ok := inner.(nativePauser); ok {
@@ -207,13 +213,17 @@ func (c *Consumer) ensureSubscribed() error {
 	return nil
 }
 
-// closeInner closes the underlying consumer; the gate is closed already. Held messages are
-// dropped unacknowledged: closing returns them to the broker.
+// closeInner closes the underlying consumer; the gate is closed already. Held messages and
+// deferred nacks are dropped unacknowledged: closing returns those messages to the broker.
 func (c *Consumer) closeInner() {
+	c.waitFetchStopped()
 	c.mu.Lock()
 	inner := c.inner
 	c.inner, c.src = nil, nil
 	dropped := c.dropHeldLocked(time.Time{})
+	c.dropNacksLocked()
+	c.handed.forget()
+	c.syncArrivalChecksLocked()
 	c.mu.Unlock()
 	if inner == nil {
 		return
@@ -222,14 +232,24 @@ func (c *Consumer) closeInner() {
 	c.log.Info("Consumer unsubscribed", "droppedHeld", dropped)
 }
 
+// waitFetchStopped cancels a zero-queue fetch in flight and waits for it to end.
+func (c *Consumer) waitFetchStopped() {
+	c.mu.Lock()
+	done := c.stopFetchLocked()
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
 // recordState derives the observed state from the gate and reports a change.
 func (c *Consumer) recordState() {
 	c.mu.Lock()
 	actual := protocol.Running
 	switch {
-	case c.inner == nil:
+	case c.closed || c.inner == nil:
 		actual = protocol.Stopped
-	case !c.open:
+	case c.phase != gateOpen:
 		actual = protocol.Paused
 	}
 	from := c.state
@@ -259,10 +279,14 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 		return err
 	}
 	c.closeGate()
+	c.waitFetchStopped()
 	if err = seek(inner); err == nil {
 		c.mu.Lock()
 		c.skips = nil // filters of an earlier seek no longer apply
 		dropped := c.dropHeldLocked(time.Time{})
+		c.dropNacksLocked()
+		c.handed.forget()
+		c.syncArrivalChecksLocked()
 		c.mu.Unlock()
 		if dropped > 0 {
 			c.log.Info("Held messages dropped by seek", "dropped", dropped)
