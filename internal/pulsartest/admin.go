@@ -24,7 +24,7 @@ func (b *Broker) adminHandler() http.Handler {
 	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor", b.resetCursorToID)
 	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", b.resetCursorToTime)
 	mux.HandleFunc("GET "+topicPath+"/stats", b.topicStats)
-	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.topicStats)
+	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.partitionedStats)
 	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
 	mux.HandleFunc("GET "+topicPath+"/partitions", b.partitionMetadata)
 	return mux
@@ -193,7 +193,7 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	set := func(k, v string) { h[k] = []string{v} } // Pulsar's spelling, not canonicalised
 	set("Content-Type", "application/octet-stream")
 	set("X-Pulsar-Message-ID", position(e.ledgerID, int64(e.entryID)))
-	set("X-Pulsar-publish-time", time.UnixMilli(e.publishTime).UTC().Format("2006-01-02T15:04:05.000Z"))
+	set("X-Pulsar-publish-time", javaDate(e.publishTime))
 	set("X-Pulsar-producer-name", e.meta.GetProducerName())
 	set("X-Pulsar-sequence-id", strconv.FormatUint(e.meta.GetSequenceId(), 10))
 	if e.meta.PartitionKey != nil {
@@ -206,7 +206,7 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	for _, kv := range e.meta.GetProperties() {
 		set("X-Pulsar-PROPERTY-"+kv.GetKey(), kv.GetValue())
 	}
-	set("X-Pulsar-Broker-Entry-METADATA-timestamp", strconv.FormatInt(e.brokerTime, 10))
+	set("X-Pulsar-Broker-Entry-METADATA-timestamp", javaDate(e.brokerTime))
 	if !b.opts.DisableIndexMetadata {
 		set("X-Pulsar-Broker-Entry-METADATA-index", strconv.FormatInt(e.lastIndex, 10))
 	}
@@ -214,11 +214,28 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	_, _ = w.Write(e.payload)
 }
 
+// javaDate is DateFormatter.format of the entry headers:
+// ISO_OFFSET_DATE_TIME (UTC here), the fraction without trailing zeros.
+func javaDate(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.999999999Z07:00")
+}
+
+// messageIDJSON is what PIP-415 getMessageIdByIndex answers: the entry,
+// without a batch index.
 type messageIDJSON struct {
-	LedgerID       int64  `json:"ledgerId"`
-	EntryID        int64  `json:"entryId"`
-	PartitionIndex int32  `json:"partitionIndex"`
-	BatchIndex     *int32 `json:"batchIndex,omitempty"`
+	LedgerID       int64 `json:"ledgerId"`
+	EntryID        int64 `json:"entryId"`
+	PartitionIndex int32 `json:"partitionIndex"`
+}
+
+// resetCursorDataJSON is ResetCursorData, the body of resetcursor:
+// isExcluded and batchIndex are body fields, not query parameters.
+type resetCursorDataJSON struct {
+	LedgerID       int64 `json:"ledgerId"`
+	EntryID        int64 `json:"entryId"`
+	PartitionIndex int32 `json:"partitionIndex"`
+	IsExcluded     bool  `json:"isExcluded"`
+	BatchIndex     int32 `json:"batchIndex"`
 }
 
 // messageIDByIndex is PIP-415: the id of the entry holding the message with
@@ -250,12 +267,7 @@ func (b *Broker) messageIDByIndex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e := t.entries[off]
-	out := messageIDJSON{LedgerID: int64(e.ledgerID), EntryID: int64(e.entryID), PartitionIndex: t.partition}
-	if first := e.lastIndex - int64(e.messages) + 1; e.messages > 1 && index >= first {
-		bi := int32(index - first)
-		out.BatchIndex = &bi
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, messageIDJSON{LedgerID: int64(e.ledgerID), EntryID: int64(e.entryID), PartitionIndex: t.partition})
 }
 
 // resetTargets resolves the topics a reset applies to: the topic, or the
@@ -274,17 +286,22 @@ func (b *Broker) resetTargets(r *http.Request, partition int32) []*topic {
 	return nil
 }
 
+// resetCursorToID is internalResetCursorOnPosition: a partitioned topic's
+// base name answers 405, a partition or non-partitioned topic resets.
 func (b *Broker) resetCursorToID(w http.ResponseWriter, r *http.Request) {
+	if b.partitionsOf(fullFromPath(r)) > 0 {
+		writeReason(w, http.StatusMethodNotAllowed, "Reset-cursor at position is not allowed for partitioned-topic")
+		return
+	}
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
-	id := messageIDJSON{PartitionIndex: -1}
+	id := resetCursorDataJSON{PartitionIndex: -1, BatchIndex: -1}
 	if err := json.Unmarshal(body, &id); err != nil {
 		writeReason(w, http.StatusBadRequest, "invalid message id: "+err.Error())
 		return
 	}
-	excluded := r.URL.Query().Get("isExcluded") == "true"
-	b.resetCursor(w, r, id.PartitionIndex, func(t *topic) int {
+	b.resetCursor(w, r, -1, func(t *topic) int {
 		off := t.offsetForStart(&pb.MessageIdData{LedgerId: ptr(uint64(id.LedgerID)), EntryId: ptr(uint64(id.EntryID))})
-		if excluded && off < len(t.entries) && t.entries[off].ledgerID == uint64(id.LedgerID) && t.entries[off].entryID == uint64(id.EntryID) {
+		if id.IsExcluded && off < len(t.entries) && t.entries[off].ledgerID == uint64(id.LedgerID) && t.entries[off].entryID == uint64(id.EntryID) {
 			off++
 		}
 		return off
@@ -357,9 +374,19 @@ type topicStatsJSON struct {
 	Subscriptions map[string]subscriptionStatsJSON `json:"subscriptions"`
 }
 
-// topicStats mirrors TopicStats; for a partitioned topic it aggregates the
-// partitions like partitioned-stats.
+// topicStats mirrors TopicStats of one topic or partition; a partitioned
+// topic's base name has no topic of its own (404), as in Pulsar.
 func (b *Broker) topicStats(w http.ResponseWriter, r *http.Request) {
+	if b.partitionsOf(fullFromPath(r)) > 0 {
+		writeReason(w, http.StatusNotFound, "Topic not found")
+		return
+	}
+	b.partitionedStats(w, r)
+}
+
+// partitionedStats aggregates the partitions of a partitioned topic (or
+// answers for one topic).
+func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 	topics := b.topicsNamed(fullFromPath(r))
 	if len(topics) == 0 {
 		writeReason(w, http.StatusNotFound, "Topic not found")
@@ -383,7 +410,7 @@ func (b *Broker) topicStats(w http.ResponseWriter, r *http.Request) {
 				ss.UnackedMessages += c.unackedMsgs
 				ss.Consumers = append(ss.Consumers, consumerStatsJSON{
 					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: c.unackedMsgs,
-					MsgOutCounter: c.dispatched, Address: c.conn.nc.RemoteAddr().String(),
+					MsgOutCounter: c.dispatched, Address: c.conn.nc.RemoteAddr().String(), BlockedConsumerOnUnackedMsgs: c.blocked,
 				})
 			}
 			if ss.Consumers == nil {

@@ -16,12 +16,80 @@ import (
 	"time"
 )
 
-// Options change how the broker behaves; the zero value is a broker with
-// index metadata and getMessageIdByIndex enabled.
+// Options change how the broker behaves. The zero value is a current 4.x
+// broker with its default configuration, plus index metadata and
+// getMessageIdByIndex enabled; each field names the broker setting it models.
 type Options struct {
 	EntriesPerLedger     int  // ledger rollover; 0 means 10000
 	DisableIndexMetadata bool // model a broker without AppendIndexMetadataInterceptor (no broker-entry index, Message.Index() nil; admin getMessageIdByIndex answers 412)
 	DisableIndexLookup   bool // model a broker before PIP-415: getMessageIdByIndex answers 404
+
+	// ReadBatchSize is dispatcherMaxReadBatchSize: the most ENTRIES one
+	// dispatcher read takes, whatever each batch entry holds; 0 means 100.
+	ReadBatchSize int
+	// PreciseDispatcherFlowControl is preciseDispatcherFlowControl (default
+	// false): reads are sized by messages instead of entries, so a grant of N
+	// permits delivers about N messages even when producers batch.
+	PreciseDispatcherFlowControl bool
+	// KeySharedLookAheadPerConsumer and KeySharedLookAheadPerSubscription are
+	// keySharedLookAheadMsgInReplayThresholdPerConsumer (2000) and
+	// ...PerSubscription (20000): once the replay queue of a Key_Shared
+	// subscription holds min(perConsumer x consumers, perSubscription) entries,
+	// normal reads stop for every consumer. 0 means the default; negative
+	// disables that limit (both disabled: the unacked-message limits apply).
+	KeySharedLookAheadPerConsumer     int
+	KeySharedLookAheadPerSubscription int
+	// MaxUnackedPerConsumer and MaxUnackedPerSubscription are
+	// maxUnackedMessagesPerConsumer (50000) and maxUnackedMessagesPerSubscription
+	// (200000): Shared and Key_Shared dispatch stops at the limit and resumes
+	// at half of it. 0 means the default; negative means unlimited.
+	MaxUnackedPerConsumer     int
+	MaxUnackedPerSubscription int
+	// Deduplication is brokerDeduplicationEnabled (default false): when on,
+	// a resend with a sequence id at or below the producer's last stored one
+	// is acknowledged but not stored again.
+	Deduplication bool
+	// ActiveConsumerFailoverDelay is activeConsumerFailoverDelayTimeMillis:
+	// a Failover subscription whose active consumer changes sends
+	// ACTIVE_CONSUMER_CHANGE and dispatches again only after it. 0 means the
+	// default 1s; negative means no delay.
+	ActiveConsumerFailoverDelay time.Duration
+	// AdvertisedURL is what lookups answer as the broker service URL (a
+	// broker's advertisedAddress); empty means ServiceURL. Point it at a
+	// proxy to put the proxy between the client and the broker.
+	AdvertisedURL string
+	// Clock gives the time for message TTL and broker timestamps; nil means
+	// time.Now. Tests move it to expire messages without sleeping.
+	Clock func() time.Time
+}
+
+// withDefaults resolves zero values to the 4.x defaults.
+func (o Options) withDefaults() Options {
+	if o.EntriesPerLedger <= 0 {
+		o.EntriesPerLedger = 10000
+	}
+	if o.ReadBatchSize <= 0 {
+		o.ReadBatchSize = 100
+	}
+	if o.KeySharedLookAheadPerConsumer == 0 {
+		o.KeySharedLookAheadPerConsumer = 2000
+	}
+	if o.KeySharedLookAheadPerSubscription == 0 {
+		o.KeySharedLookAheadPerSubscription = 20000
+	}
+	if o.MaxUnackedPerConsumer == 0 {
+		o.MaxUnackedPerConsumer = 50000
+	}
+	if o.MaxUnackedPerSubscription == 0 {
+		o.MaxUnackedPerSubscription = 200000
+	}
+	if o.ActiveConsumerFailoverDelay == 0 {
+		o.ActiveConsumerFailoverDelay = time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return o
 }
 
 // Broker is a running test broker.
@@ -44,6 +112,11 @@ type Broker struct {
 
 	flowMu sync.Mutex
 	flows  []Flow
+
+	// legacyPermitRemoval models the broker before the permit-accounting
+	// fix: removing a consumer subtracts all its permits from the dispatcher
+	// total, including those whose FLOW update is still pending.
+	legacyPermitRemoval bool
 
 	wg sync.WaitGroup
 }
@@ -76,9 +149,7 @@ func Start(tb testing.TB, opts ...Options) *Broker {
 
 // New starts a broker on 127.0.0.1 random ports.
 func New(opts Options) (*Broker, error) {
-	if opts.EntriesPerLedger <= 0 {
-		opts.EntriesPerLedger = 10000
-	}
+	opts = opts.withDefaults()
 	bin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -106,6 +177,16 @@ func New(opts Options) (*Broker, error) {
 
 // ServiceURL is the binary protocol URL for pulsar.ClientOptions.URL.
 func (b *Broker) ServiceURL() string { return "pulsar://" + b.binary.Addr().String() }
+
+// advertisedURL is the service URL that lookups answer.
+func (b *Broker) advertisedURL() string {
+	if b.opts.AdvertisedURL != "" {
+		return b.opts.AdvertisedURL
+	}
+	return b.ServiceURL()
+}
+
+func (b *Broker) now() time.Time { return b.opts.Clock() }
 
 // AdminURL is the base URL of the admin REST API.
 func (b *Broker) AdminURL() string { return "http://" + b.adminAddr }

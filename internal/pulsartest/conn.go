@@ -234,7 +234,7 @@ func (c *conn) handleLookup(req *pb.CommandLookupTopic) {
 		resp.Message = proto.String(err.Error())
 	} else {
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
-		resp.BrokerServiceUrl = proto.String(c.b.ServiceURL())
+		resp.BrokerServiceUrl = proto.String(c.b.advertisedURL())
 		resp.Authoritative = proto.Bool(true)
 		resp.ProxyThroughServiceUrl = proto.Bool(false)
 	}

@@ -3,14 +3,17 @@ package pulsartest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
 )
@@ -158,33 +161,91 @@ func TestPermitInvariantUnderChurn(t *testing.T) {
 }
 
 // TestStaleFlowIsNotCounted replays the race of the Java fix
-// deterministically: a FLOW handled after its consumer was removed, or from
-// a replaced consumer instance with the same id, must not reach the total.
+// deterministically: a FLOW whose dispatcher update is still pending when
+// its consumer is removed, or that belongs to a replaced consumer instance
+// with the same id, must not reach the total.
 func TestStaleFlowIsNotCounted(t *testing.T) {
 	b := Start(t)
-	server, client := net.Pipe()
-	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
-	cn := b.newConn(server)
-	tp := b.getTopic(mustFull("stale"), true)
-	req := &pb.CommandSubscribe{
-		Topic: ptr("stale"), Subscription: ptr("sub"), SubType: pb.CommandSubscribe_Shared.Enum(),
-		ConsumerId: ptr(uint64(1)), RequestId: ptr(uint64(1)), ConsumerName: ptr("a"),
-	}
+	tp, cn, req := staleSetup(t, b)
 	tp.mu.Lock()
 	old, _, _ := tp.subscribe(cn, req)
 	old.sub.flow(old, 10)
 	tp.mu.Unlock()
+	waitLane(t, tp)
 
-	tp.removeConsumer(old) // the consumer goes away while its next FLOW is in flight
+	tp.lane.hold() // the next FLOW update stays queued
+	tp.mu.Lock()
+	old.sub.flow(old, 1000)
+	tp.mu.Unlock()
+	checkInvariant(t, b) // total 10 = 1010 permits - 1000 pending
+	tp.removeConsumer(old)
 	tp.mu.Lock()
 	replacement, _, _ := tp.subscribe(cn, req)
-	old.sub.flow(old, 1000) // the in-flight FLOW of the old instance
 	replacement.sub.flow(replacement, 7)
+	tp.mu.Unlock()
+	tp.lane.release()
+	waitLane(t, tp)
+
+	tp.mu.Lock()
 	total := replacement.sub.totalPermits
 	tp.mu.Unlock()
-
 	if total != 7 {
 		t.Fatalf("dispatcher total %d, want the replacement's 7", total)
 	}
 	checkInvariant(t, b)
+}
+
+// TestPermitInvariantCatchesDrift shows the check failing on the accounting
+// of the broker before the fix, which subtracted a removed consumer's
+// pending FLOW permits from a total they had never reached.
+func TestPermitInvariantCatchesDrift(t *testing.T) {
+	b := Start(t)
+	b.legacyPermitRemoval = true
+	tp, cn, req := staleSetup(t, b)
+	req2 := proto.Clone(req).(*pb.CommandSubscribe)
+	req2.ConsumerId, req2.ConsumerName = ptr(uint64(2)), ptr("b")
+	tp.mu.Lock()
+	first, _, _ := tp.subscribe(cn, req)
+	second, _, _ := tp.subscribe(cn, req2)
+	first.sub.flow(first, 10)
+	second.sub.flow(second, 10)
+	tp.mu.Unlock()
+	waitLane(t, tp)
+	checkInvariant(t, b)
+
+	tp.lane.hold()
+	tp.mu.Lock()
+	first.sub.flow(first, 1000)
+	tp.mu.Unlock()
+	tp.removeConsumer(first) // old code: total = 20 - 1010 = -990
+	tp.lane.release()
+	waitLane(t, tp)
+	err := b.CheckPermitInvariant()
+	if err == nil || !strings.Contains(err.Error(), "dispatcher total -990") {
+		t.Fatalf("drift not caught: %v", err)
+	}
+}
+
+func staleSetup(t *testing.T, b *Broker) (*topic, *conn, *pb.CommandSubscribe) {
+	server, client := net.Pipe()
+	t.Cleanup(func() { _ = server.Close(); _ = client.Close() })
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	cn := b.newConn(server)
+	go cn.writeLoop()
+	t.Cleanup(cn.close)
+	req := &pb.CommandSubscribe{
+		Topic: ptr("stale"), Subscription: ptr("sub"), SubType: pb.CommandSubscribe_Shared.Enum(),
+		ConsumerId: ptr(uint64(1)), RequestId: ptr(uint64(1)), ConsumerName: ptr("a"),
+	}
+	return b.getTopic(mustFull("stale"), true), cn, req
+}
+
+// waitLane waits until the topic's dispatch lane has applied every update.
+func waitLane(t testing.TB, tp *topic) {
+	t.Helper()
+	eventually(t, "dispatch lane idle", func() bool {
+		tp.lane.mu.Lock()
+		defer tp.lane.mu.Unlock()
+		return len(tp.lane.tasks) == 0 && !tp.lane.running
+	})
 }

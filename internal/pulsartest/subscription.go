@@ -1,9 +1,10 @@
 package pulsartest
 
 import (
-	"hash/fnv"
+	"cmp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -25,36 +26,54 @@ type subscription struct {
 	readPos    int              // next offset never dispatched since the last reset
 	acked      map[int]struct{} // acknowledged offsets at or above markDelete
 	owner      map[int]*consumer
-	replay     []int // sorted offsets to dispatch again before readPos
+	replay     []int       // sorted offsets to dispatch again before readPos
+	replayHash map[int]int // sticky key hash -> entries of it in replay (Key_Shared ordering)
 	redelivery map[int]uint32
 
 	consumers    []*consumer // in join order
 	active       *consumer   // Exclusive and Failover
-	totalPermits int64       // dispatcher total; equals the sum of consumer permits
-	dispatched   int64       // messages
+	ring         keySharedRing
+	switching    bool  // Failover: waiting activeConsumerFailoverDelay before dispatching to a new active consumer
+	resetting    bool  // a reset is disconnecting the active consumer: no election (closeFuture is set)
+	blocked      bool  // maxUnackedMessagesPerSubscription reached (blockedDispatcherOnUnackedMsgs)
+	totalPermits int64 // dispatcher total: sum of consumer permits minus their pending FLOW updates
+	dispatched   int64 // messages
 	ackedMsgs    int64
 	nextShared   int
 }
 
 // consumer is one SUBSCRIBE on one connection.
 type consumer struct {
-	sub         *subscription
-	conn        *conn
-	id          uint64
-	name        string
-	permits     int64
-	unacked     map[int]int32 // offset -> messages in the entry
-	unackedMsgs int64
-	dispatched  int64
-	removed     bool
+	sub            *subscription
+	conn           *conn
+	id             uint64
+	name           string
+	priority       int32
+	permits        int64
+	pendingFlow    int64         // FLOW permits not yet applied to the dispatcher total
+	blockedPermits int64         // FLOW permits received while blocked on unacked messages
+	blocked        bool          // maxUnackedMessagesPerConsumer reached (blockedConsumerOnUnackedMsgs)
+	unacked        map[int]int32 // offset -> messages in the entry
+	unackedMsgs    int64
+	hashes         map[int]int // sticky key hash -> unacked entries (Key_Shared draining)
+	dispatched     int64
+	removed        bool
 }
 
 func newSubscription(t *topic, name string, kind subType, durable bool, start int) *subscription {
 	return &subscription{
 		t: t, name: name, kind: kind, durable: durable,
 		markDelete: start, readPos: start,
-		acked: map[int]struct{}{}, owner: map[int]*consumer{}, redelivery: map[int]uint32{},
+		acked: map[int]struct{}{}, owner: map[int]*consumer{}, redelivery: map[int]uint32{}, replayHash: map[int]int{},
 	}
+}
+
+func (s *subscription) opts() *Options { return &s.t.b.opts }
+
+// individualAck is Subscription.isIndividualAckMode: only Shared and
+// Key_Shared track pending acks, unacked limits and redelivery counts.
+func (s *subscription) individualAck() bool {
+	return s.kind == pb.CommandSubscribe_Shared || s.kind == pb.CommandSubscribe_Key_Shared
 }
 
 func (s *subscription) isAcked(off int) bool {
@@ -65,92 +84,6 @@ func (s *subscription) isAcked(off int) bool {
 	return ok
 }
 
-// dispatch sends what the consumers' permits allow: redeliveries first, then
-// entries never dispatched.
-func (s *subscription) dispatch() {
-	if len(s.consumers) == 0 || !s.anyPermits() {
-		return
-	}
-	if len(s.replay) > 0 {
-		kept := s.replay[:0]
-		for i, off := range s.replay {
-			if s.isAcked(off) || s.owner[off] != nil {
-				continue
-			}
-			c := s.pick(s.t.entries[off])
-			if c != nil {
-				s.deliver(c, off)
-				continue
-			}
-			if s.kind != pb.CommandSubscribe_Key_Shared {
-				// Nobody can take more: keep the rest in order.
-				kept = append(kept, s.replay[i:]...)
-				break
-			}
-			kept = append(kept, off)
-		}
-		s.replay = kept
-		if !s.anyPermits() {
-			return
-		}
-	}
-	for s.readPos < len(s.t.entries) && s.anyPermits() {
-		off := s.readPos
-		if s.isAcked(off) || s.owner[off] != nil {
-			s.readPos++
-			continue
-		}
-		c := s.pick(s.t.entries[off])
-		if c == nil {
-			if s.kind != pb.CommandSubscribe_Key_Shared {
-				return
-			}
-			// The key's consumer has no permits: keep the entry for later
-			// and let other keys through, as Key_Shared does.
-			s.replay = append(s.replay, off)
-		} else {
-			s.deliver(c, off)
-		}
-		s.readPos++
-	}
-}
-
-func (s *subscription) anyPermits() bool {
-	for _, c := range s.consumers {
-		if c.permits > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// pick chooses the consumer for an entry, nil when that consumer has no
-// permits.
-func (s *subscription) pick(e *entry) *consumer {
-	var c *consumer
-	switch s.kind {
-	case pb.CommandSubscribe_Shared:
-		for i := range s.consumers {
-			cand := s.consumers[(s.nextShared+i)%len(s.consumers)]
-			if cand.permits > 0 {
-				s.nextShared = (s.nextShared + i + 1) % len(s.consumers)
-				return cand
-			}
-		}
-		return nil
-	case pb.CommandSubscribe_Key_Shared:
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(e.key))
-		c = s.consumers[int(h.Sum32()%uint32(len(s.consumers)))]
-	default:
-		c = s.active
-	}
-	if c == nil || c.permits <= 0 {
-		return nil
-	}
-	return c
-}
-
 func (s *subscription) deliver(c *consumer, off int) {
 	e := s.t.entries[off]
 	n := int64(e.messages)
@@ -158,11 +91,13 @@ func (s *subscription) deliver(c *consumer, off int) {
 	s.totalPermits -= n
 	c.unacked[off] = e.messages
 	c.unackedMsgs += n
+	c.hashes[e.stickyHash]++
 	c.dispatched += n
 	s.dispatched += n
 	s.owner[off] = c
 	msg := &pb.CommandMessage{ConsumerId: proto.Uint64(c.id), MessageId: s.t.idOf(off)}
-	if r := s.redelivery[off]; r > 0 {
+	// Single-active dispatchers use RedeliveryTrackerDisabled: always 0.
+	if r := s.redelivery[off]; r > 0 && s.individualAck() {
 		msg.RedeliveryCount = proto.Uint32(r)
 	}
 	cmd := &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: msg}
@@ -171,24 +106,62 @@ func (s *subscription) deliver(c *consumer, off int) {
 	} else {
 		c.conn.send(cmd, e.data)
 	}
+	s.updateBlocked(c)
 }
 
-// giveBack returns a consumer's unacked entry to the subscription.
-func (s *subscription) giveBack(c *consumer, off int) {
+// forget drops an entry from a consumer's pending acks.
+func (s *subscription) forget(c *consumer, off int) {
 	n, ok := c.unacked[off]
 	if !ok {
 		return
 	}
 	delete(c.unacked, off)
 	c.unackedMsgs -= int64(n)
+	h := s.t.entries[off].stickyHash
+	if c.hashes[h]--; c.hashes[h] <= 0 {
+		delete(c.hashes, h)
+	}
 	delete(s.owner, off)
+	s.updateBlocked(c)
+}
+
+// giveBack returns a consumer's unacked entry to the subscription. Only a
+// nack or ack-timeout redelivery counts (incrementAndGetRedeliveryCount); a
+// closed consumer's entries are re-queued without counting.
+func (s *subscription) giveBack(c *consumer, off int, count bool) {
+	if _, ok := c.unacked[off]; !ok {
+		return
+	}
+	s.forget(c, off)
 	if s.isAcked(off) {
 		return
 	}
-	s.redelivery[off]++
+	if count {
+		s.redelivery[off]++
+	}
+	s.addReplay(off)
+}
+
+func (s *subscription) addReplay(off int) {
 	if i, found := slices.BinarySearch(s.replay, off); !found {
 		s.replay = slices.Insert(s.replay, i, off)
+		s.replayHash[s.t.entries[off].stickyHash]++
 	}
+}
+
+func (s *subscription) removeReplay(off int) {
+	if i, found := slices.BinarySearch(s.replay, off); found {
+		s.replay = slices.Delete(s.replay, i, i+1)
+		h := s.t.entries[off].stickyHash
+		if s.replayHash[h]--; s.replayHash[h] <= 0 {
+			delete(s.replayHash, h)
+		}
+	}
+}
+
+func (s *subscription) clearReplay() {
+	s.replay = nil
+	s.replayHash = map[int]int{}
 }
 
 func (s *subscription) ack(off int) {
@@ -196,10 +169,9 @@ func (s *subscription) ack(off int) {
 		return
 	}
 	if c := s.owner[off]; c != nil {
-		c.unackedMsgs -= int64(c.unacked[off])
-		delete(c.unacked, off)
-		delete(s.owner, off)
+		s.forget(c, off)
 	}
+	s.removeReplay(off)
 	delete(s.redelivery, off)
 	s.acked[off] = struct{}{}
 	s.ackedMsgs += int64(s.t.entries[off].messages)
@@ -210,6 +182,9 @@ func (s *subscription) ack(off int) {
 		delete(s.acked, s.markDelete)
 		s.markDelete++
 	}
+	if s.readPos < s.markDelete {
+		s.readPos = s.markDelete // expiry and acks can move the cursor past the read position
+	}
 }
 
 // backlog counts entries not yet acknowledged, like msgBacklog.
@@ -217,13 +192,39 @@ func (s *subscription) backlog() int64 {
 	return int64(len(s.t.entries) - s.markDelete - len(s.acked))
 }
 
+// flow handles a FLOW. Consumer.flowPermits: while the consumer is blocked on
+// unacked messages the permits are put aside. Shared and Key_Shared apply
+// the dispatcher total later, on the topic's dispatch lane, as the fixed
+// Java broker does; until then they are pending on the consumer.
 func (s *subscription) flow(c *consumer, permits uint32) {
 	if c.removed {
 		return // a FLOW that raced with removal must not reach the total
 	}
-	c.permits += int64(permits)
-	s.totalPermits += int64(permits)
-	s.dispatch()
+	if s.individualAck() && c.blocked {
+		c.blockedPermits += int64(permits)
+		return
+	}
+	s.grant(c, int64(permits))
+}
+
+func (s *subscription) grant(c *consumer, n int64) {
+	c.permits += n
+	if !s.individualAck() {
+		s.totalPermits += n
+		s.dispatch()
+		return
+	}
+	c.pendingFlow += n
+	t := s.t
+	t.lane.submit(func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		c.pendingFlow -= n
+		if !c.removed && slices.Contains(s.consumers, c) {
+			s.totalPermits += n
+		}
+		s.dispatch()
+	})
 }
 
 // disconnect removes a consumer; notify sends CLOSE_CONSUMER so the client
@@ -233,10 +234,16 @@ func (s *subscription) disconnect(c *consumer, notify bool) {
 		return
 	}
 	c.removed = true
-	s.totalPermits -= c.permits
+	// Only the balance the dispatcher knows of leaves the total: permits
+	// whose FLOW update is still queued were never added to it.
+	if s.t.b.legacyPermitRemoval {
+		s.totalPermits -= c.permits
+	} else {
+		s.totalPermits -= c.permits - c.pendingFlow
+	}
 	s.consumers = slices.DeleteFunc(s.consumers, func(x *consumer) bool { return x == c })
 	for _, off := range sortedOffsets(c.unacked) {
-		s.giveBack(c, off)
+		s.giveBack(c, off, false)
 	}
 	c.conn.mu.Lock()
 	if c.conn.consumers[c.id] == c {
@@ -249,13 +256,25 @@ func (s *subscription) disconnect(c *consumer, notify bool) {
 			CloseConsumer: &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(c.id), RequestId: proto.Uint64(^uint64(0))},
 		})
 	}
-	if s.active == c {
-		s.active = nil
-		s.electActive()
-	}
+	s.membershipChanged()
 	if !s.durable && len(s.consumers) == 0 {
 		delete(s.t.subs, s.name)
 	}
+}
+
+// membershipChanged re-selects after a consumer joined or left.
+func (s *subscription) membershipChanged() {
+	switch s.kind {
+	case pb.CommandSubscribe_Key_Shared:
+		s.ring = buildKeySharedRing(s.consumers)
+	case pb.CommandSubscribe_Exclusive, pb.CommandSubscribe_Failover:
+		if len(s.consumers) == 0 {
+			s.active = nil
+		} else if !s.resetting {
+			s.electActive()
+		}
+	}
+	s.updateBlocked(nil)
 }
 
 func sortedOffsets(m map[int]int32) []int {
@@ -267,63 +286,110 @@ func sortedOffsets(m map[int]int32) []int {
 	return out
 }
 
-// electActive picks the Failover active consumer like the Java broker:
-// consumers sorted by name, index partition mod count.
-func (s *subscription) electActive() {
-	if len(s.consumers) == 0 {
-		s.active = nil
-		return
-	}
-	if s.kind == pb.CommandSubscribe_Exclusive {
-		s.active = s.consumers[0]
-		return
-	}
+// electActive is AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer:
+// consumers sorted by priority level then name; among those of the highest
+// priority, partition index mod count on a partition, else a hash ring of
+// the names probed with the topic name (so join order does not matter). It
+// returns whether the active consumer changed.
+func (s *subscription) electActive() bool {
 	sorted := slices.Clone(s.consumers)
 	slices.SortStableFunc(sorted, func(a, b *consumer) int {
-		switch {
-		case a.name < b.name:
-			return -1
-		case a.name > b.name:
-			return 1
+		if a.priority != b.priority {
+			return cmp.Compare(a.priority, b.priority)
 		}
-		return 0
+		return strings.Compare(a.name, b.name)
 	})
-	idx := 0
-	if s.t.partition > 0 {
-		idx = int(s.t.partition) % len(sorted)
+	n := 0
+	for n < len(sorted) && sorted[n].priority == sorted[0].priority {
+		n++
 	}
-	next := sorted[idx]
+	next := sorted[failoverIndex(sorted, n, int(s.t.partition), s.t.name.full)]
 	if next == s.active {
-		return
-	}
-	if old := s.active; old != nil {
-		// The new active consumer gets what the old one had not acked.
-		for _, off := range sortedOffsets(old.unacked) {
-			s.giveBack(old, off)
-		}
+		return false
 	}
 	s.active = next
-	for _, c := range s.consumers {
-		c.conn.send(&pb.BaseCommand{
-			Type:                 pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(),
-			ActiveConsumerChange: &pb.CommandActiveConsumerChange{ConsumerId: proto.Uint64(c.id), IsActive: proto.Bool(c == next)},
-		})
+	s.scheduleReadOnActive()
+	return true
+}
+
+// scheduleReadOnActive is PersistentDispatcherSingleActiveConsumer.scheduleReadOnActiveConsumer:
+// rewind the cursor so the new active consumer gets every unacked message,
+// notify the consumers, and read. A Failover subscription does this only
+// after activeConsumerFailoverDelayTimeMillis, and dispatches nothing meanwhile.
+func (s *subscription) scheduleReadOnActive() {
+	delay := s.opts().ActiveConsumerFailoverDelay
+	if s.kind != pb.CommandSubscribe_Failover || delay <= 0 {
+		s.activate()
+		return
 	}
+	if s.switching {
+		return
+	}
+	s.switching = true
+	time.AfterFunc(delay, func() {
+		s.t.mu.Lock()
+		defer s.t.mu.Unlock()
+		s.switching = false
+		s.activate()
+	})
+}
+
+func (s *subscription) activate() {
+	s.rewind()
+	if s.kind == pb.CommandSubscribe_Failover && s.active != nil {
+		for _, c := range s.consumers {
+			s.notifyActive(c)
+		}
+	}
+	s.dispatch()
+}
+
+func (s *subscription) notifyActive(c *consumer) {
+	c.conn.send(&pb.BaseCommand{
+		Type:                 pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(),
+		ActiveConsumerChange: &pb.CommandActiveConsumerChange{ConsumerId: proto.Uint64(c.id), IsActive: proto.Bool(c == s.active)},
+	})
+}
+
+// rewind is ManagedCursor.rewind: read again from the mark-delete position;
+// whatever was dispatched and not acknowledged goes out again.
+func (s *subscription) rewind() {
+	for _, c := range s.consumers {
+		for off := range c.unacked {
+			s.forget(c, off)
+		}
+	}
+	s.owner = map[int]*consumer{}
+	s.clearReplay()
+	s.readPos = s.markDelete
 }
 
 // resetCursor moves the subscription so that off is read next, as a seek or
-// reset-cursor does, and disconnects its consumers, which reconnect.
+// reset-cursor does. PersistentSubscription.resetCursor calls
+// dispatcher.disconnectActiveConsumers(true): a Shared or Key_Shared
+// dispatcher closes every consumer, a single-active one
+// (AbstractDispatcherSingleActiveConsumer.disconnectActiveConsumers) only the
+// ACTIVE consumer; a Failover standby stays connected, unaware. While the
+// reset runs the dispatcher does not elect another active consumer.
 func (s *subscription) resetCursor(off int) {
-	for _, c := range slices.Clone(s.consumers) {
-		c.unacked = map[int]int32{}
-		c.unackedMsgs = 0
+	if s.individualAck() {
+		for _, c := range slices.Clone(s.consumers) {
+			s.disconnect(c, true)
+		}
+	} else if c := s.active; c != nil {
+		s.resetting = true
 		s.disconnect(c, true)
+		s.resetting = false
+		s.active = nil
 	}
 	s.markDelete, s.readPos = off, off
 	s.acked = map[int]struct{}{}
 	s.owner = map[int]*consumer{}
-	s.replay = nil
+	s.clearReplay()
 	s.redelivery = map[int]uint32{}
+	for _, c := range s.consumers {
+		c.unacked, c.unackedMsgs, c.hashes = map[int]int32{}, 0, map[int]int{}
+	}
 }
 
 // removeConsumer handles a consumer that went away with its connection or
@@ -354,23 +420,12 @@ func (c *conn) handleSubscribe(req *pb.CommandSubscribe) {
 	t := c.b.getTopic(tn.full, true)
 	t.mu.Lock()
 	cons, code, msg := t.subscribe(c, req)
-	failover := cons != nil && cons.sub.kind == pb.CommandSubscribe_Failover // read under t.mu
 	t.mu.Unlock()
 	if cons == nil {
 		c.sendError(reqID, code, msg)
 		return
 	}
 	c.sendSuccess(reqID)
-	if failover {
-		t.mu.Lock()
-		if !cons.removed {
-			cons.conn.send(&pb.BaseCommand{
-				Type:                 pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(),
-				ActiveConsumerChange: &pb.CommandActiveConsumerChange{ConsumerId: proto.Uint64(cons.id), IsActive: proto.Bool(cons.sub.active == cons)},
-			})
-		}
-		t.mu.Unlock()
-	}
 }
 
 // subscribe attaches a consumer; t.mu is held.
@@ -394,7 +449,10 @@ func (t *topic) subscribe(c *conn, req *pb.CommandSubscribe) (*consumer, pb.Serv
 	if s.kind == pb.CommandSubscribe_Exclusive && len(s.consumers) > 0 {
 		return nil, pb.ServerError_ConsumerBusy, "Exclusive consumer is already connected"
 	}
-	cons := &consumer{sub: s, conn: c, id: req.GetConsumerId(), name: req.GetConsumerName(), unacked: map[int]int32{}}
+	cons := &consumer{
+		sub: s, conn: c, id: req.GetConsumerId(), name: req.GetConsumerName(), priority: req.GetPriorityLevel(),
+		unacked: map[int]int32{}, hashes: map[int]int{},
+	}
 	c.mu.Lock()
 	c.consumers[cons.id] = cons
 	c.mu.Unlock()
@@ -409,8 +467,12 @@ func (t *topic) subscribe(c *conn, req *pb.CommandSubscribe) (*consumer, pb.Serv
 		return nil, pb.ServerError_ServiceNotReady, "connection closed"
 	}
 	s.consumers = append(s.consumers, cons)
-	if s.kind == pb.CommandSubscribe_Exclusive || s.kind == pb.CommandSubscribe_Failover {
-		s.electActive()
+	if s.individualAck() {
+		s.membershipChanged()
+	} else if !s.electActive() && s.active != nil {
+		// AbstractDispatcherSingleActiveConsumer.addConsumer: the active
+		// consumer did not change, so only the newcomer is told who it is.
+		s.notifyActive(cons)
 	}
 	return cons, 0, ""
 }
@@ -448,6 +510,12 @@ func (c *conn) handleAck(req *pb.CommandAck) {
 				continue
 			}
 			if req.GetAckType() == pb.CommandAck_Cumulative {
+				// Consumer.messageAcked ignores a cumulative ack on Shared
+				// and Key_Shared ("Received cumulative ack on shared
+				// subscription, ignoring").
+				if s.individualAck() {
+					continue
+				}
 				for i := s.markDelete; i <= off; i++ {
 					s.ack(i)
 				}
@@ -455,6 +523,7 @@ func (c *conn) handleAck(req *pb.CommandAck) {
 				s.ack(off)
 			}
 		}
+		s.dispatch() // acks can unblock consumers and draining hashes
 		t.mu.Unlock()
 	}
 	if req.RequestId != nil {
@@ -474,16 +543,25 @@ func (c *conn) handleRedeliver(req *pb.CommandRedeliverUnacknowledgedMessages) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := cons.sub
+	if !s.individualAck() {
+		// PersistentDispatcherSingleActiveConsumer.redeliverUnacknowledgedMessages:
+		// only the active consumer may ask, not while a switch is pending;
+		// the cursor is rewound, positions are not redelivered one by one.
+		if cons == s.active && !s.switching {
+			s.rewind()
+			s.dispatch()
+		}
+		return
+	}
 	ids := req.GetMessageIds()
-	if len(ids) == 0 || s.kind == pb.CommandSubscribe_Exclusive || s.kind == pb.CommandSubscribe_Failover {
-		// Single-active subscriptions rewind everything, like the Java broker.
+	if len(ids) == 0 {
 		for _, off := range sortedOffsets(cons.unacked) {
-			s.giveBack(cons, off)
+			s.giveBack(cons, off, true)
 		}
 	} else {
 		for _, id := range ids {
 			if off, ok := t.offsetOf(id.GetLedgerId(), id.GetEntryId()); ok {
-				s.giveBack(cons, off)
+				s.giveBack(cons, off, true)
 			}
 		}
 	}

@@ -21,6 +21,7 @@ type entry struct {
 	brokerTime        int64 // ms, when the broker stored it
 	lastIndex         int64 // broker-entry index of the entry's last message
 	key               string
+	stickyHash        int // Key_Shared hash of the sticky key
 	meta              *pb.MessageMetadata
 	payload           []byte // data after the metadata
 }
@@ -51,6 +52,7 @@ type topic struct {
 	producers map[*producer]struct{}
 	lastSeq   map[string]int64 // per producer name, for deduplication across reconnects
 	msgIn     int64
+	lane      lane // deferred dispatcher updates (FLOW)
 }
 
 type producer struct {
@@ -147,14 +149,18 @@ func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.Mess
 	if messages < 1 {
 		messages = 1
 	}
-	now := time.Now()
+	now := t.b.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	seq := int64(send.GetSequenceId())
-	if last, ok := t.lastSeq[p.name]; ok && seq <= last {
-		return nil, nil
+	// MessageDeduplication is off by default (brokerDeduplicationEnabled=false):
+	// a resend after a reconnect is then stored again.
+	if t.b.opts.Deduplication {
+		seq := int64(send.GetSequenceId())
+		if last, ok := t.lastSeq[p.name]; ok && seq <= last {
+			return nil, nil
+		}
+		t.lastSeq[p.name] = max(seq, int64(send.GetHighestSequenceId()))
 	}
-	t.lastSeq[p.name] = max(seq, int64(send.GetHighestSequenceId()))
 	l := t.currentLedger(now)
 	e := &entry{
 		ledgerID:    l.id,
@@ -164,6 +170,7 @@ func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.Mess
 		publishTime: int64(meta.GetPublishTime()),
 		brokerTime:  now.UnixMilli(),
 		key:         entryKey(meta),
+		stickyHash:  stickyKeyHash([]byte(stickyKey(meta))),
 		meta:        meta,
 		payload:     payload,
 	}
@@ -198,6 +205,15 @@ func entryKey(meta *pb.MessageMetadata) string {
 	return meta.GetPartitionKey()
 }
 
+// stickyKey is Commands.peekStickyKey: ordering key, else partition key,
+// else "NONE_KEY".
+func stickyKey(meta *pb.MessageMetadata) string {
+	if k := entryKey(meta); k != "" {
+		return k
+	}
+	return noneKey
+}
+
 func (t *topic) lastMessageID() *pb.MessageIdData {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -226,7 +242,7 @@ func (t *topic) addProducer(p *producer) (lastSeq int64, ok bool) {
 		}
 	}
 	t.producers[p] = struct{}{}
-	if last, ok := t.lastSeq[p.name]; ok {
+	if last, ok := t.lastSeq[p.name]; ok && t.b.opts.Deduplication {
 		return last, true
 	}
 	return -1, true

@@ -1,0 +1,123 @@
+package pulsartest
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"slices"
+	"sort"
+	"strconv"
+)
+
+// murmur3 is MurmurHash3 x86_32 with seed 0 and the sign bit cleared, as
+// Pulsar's Murmur3_32Hash.makeHash returns it.
+func murmur3(data []byte) uint32 {
+	const c1, c2 = 0xcc9e2d51, 0x1b873593
+	mix := func(k uint32) uint32 { return bits.RotateLeft32(k*c1, 15) * c2 }
+	var h uint32
+	n := len(data) &^ 3
+	for i := 0; i < n; i += 4 {
+		h ^= mix(binary.LittleEndian.Uint32(data[i:]))
+		h = bits.RotateLeft32(h, 13)*5 + 0xe6546b64
+	}
+	var tail uint32
+	for i, b := range data[n:] {
+		tail |= uint32(b) << (8 * i)
+	}
+	h ^= mix(tail)
+	h ^= uint32(len(data))
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h & 0x7fffffff
+}
+
+// stickyKeyRange is StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE (2 << 15).
+const stickyKeyRange = 2 << 15
+
+// stickyKeyHash is HashRanges.makeStickyKeyHash: murmur3 modulo the range,
+// 0 reserved as "not set".
+func stickyKeyHash(key []byte) int {
+	h := int(murmur3(key) % stickyKeyRange)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// noneKey is the sticky key of a message without ordering or partition key
+// (Commands.peekStickyKey).
+const noneKey = "NONE_KEY"
+
+type ringPoint struct {
+	hash int
+	c    *consumer
+}
+
+// keySharedRing is ConsistentHashingStickyKeyConsumerSelector (4.x): each
+// consumer puts keySharedPoints points on the ring at
+// hash(name \0 nameIndex \0 i); a key goes to the first point at or after its
+// hash. Keyed by consumer NAME, so a consumer that reconnects under the same
+// name gets the same ranges back. On a collision the later consumer wins.
+type keySharedRing []ringPoint
+
+const keySharedPoints = 100 // subscriptionKeySharedConsistentHashingReplicaPoints
+
+func buildKeySharedRing(consumers []*consumer) keySharedRing {
+	byHash := map[int]*consumer{}
+	nameUses := map[string]int{}
+	for _, c := range consumers { // join order, as points were added
+		idx := nameUses[c.name] // ConsumerNameIndexTracker: same-name consumers get 0, 1, ...
+		nameUses[c.name]++
+		for i := 0; i < keySharedPoints; i++ {
+			key := c.name + "\x00" + strconv.Itoa(idx) + "\x00" + strconv.Itoa(i)
+			byHash[stickyKeyHash([]byte(key))] = c
+		}
+	}
+	ring := make(keySharedRing, 0, len(byHash))
+	for h, c := range byHash {
+		ring = append(ring, ringPoint{h, c})
+	}
+	slices.SortFunc(ring, func(a, b ringPoint) int { return a.hash - b.hash })
+	return ring
+}
+
+func (r keySharedRing) selectConsumer(hash int) *consumer {
+	if len(r) == 0 {
+		return nil
+	}
+	i := sort.Search(len(r), func(i int) bool { return r[i].hash >= hash })
+	if i == len(r) {
+		i = 0
+	}
+	return r[i].c
+}
+
+// failoverIndex is AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer
+// for consumers already sorted by priority then name, of which the first n
+// share the highest priority: partition index mod n on a partition, else a
+// ring of 100 points per consumer at murmur3(name + j), probed with the
+// murmur3 of the topic name.
+func failoverIndex(sorted []*consumer, n int, partition int, topic string) int {
+	if partition >= 0 {
+		return partition % n
+	}
+	byHash := map[uint32]int{}
+	for i := 0; i < n; i++ {
+		for j := 0; j < 100; j++ { // CONSUMER_CONSISTENT_HASH_REPLICAS
+			byHash[murmur3([]byte(sorted[i].name+strconv.Itoa(j)))] = i
+		}
+	}
+	hashes := make([]uint32, 0, len(byHash))
+	for h := range byHash {
+		hashes = append(hashes, h)
+	}
+	slices.Sort(hashes)
+	probe := murmur3([]byte(topic))
+	k := sort.Search(len(hashes), func(i int) bool { return hashes[i] >= probe })
+	if k == len(hashes) {
+		k = 0
+	}
+	return byHash[hashes[k]]
+}

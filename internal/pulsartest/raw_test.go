@@ -1,0 +1,111 @@
+package pulsartest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"hash/crc32"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+// rawClient speaks the binary protocol directly, for behaviours that
+// pulsar-client-go does not let a test provoke (it refuses a cumulative ack
+// on Shared, resends only on reconnect, and refills permits by itself).
+type rawClient struct {
+	t      testing.TB
+	nc     net.Conn
+	mu     sync.Mutex
+	frames []*pb.BaseCommand
+}
+
+func dialRaw(t testing.TB, b *Broker) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", strings.TrimPrefix(b.ServiceURL(), "pulsar://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &rawClient{t: t, nc: nc}
+	t.Cleanup(func() { _ = nc.Close() })
+	go func() {
+		r := bufio.NewReader(nc)
+		for {
+			cmd, _, err := readFrame(r)
+			if err != nil {
+				return
+			}
+			rc.mu.Lock()
+			rc.frames = append(rc.frames, cmd)
+			rc.mu.Unlock()
+		}
+	}()
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{ClientVersion: ptr("raw"), ProtocolVersion: ptr(int32(20))}})
+	rc.await("CONNECTED", func(c *pb.BaseCommand) bool { return c.GetType() == pb.BaseCommand_CONNECTED })
+	return rc
+}
+
+func (rc *rawClient) send(cmd *pb.BaseCommand, payload ...[]byte) {
+	rc.t.Helper()
+	if _, err := rc.nc.Write(appendFrame(nil, cmd, payload...)); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// await waits for a frame matching match and returns it.
+func (rc *rawClient) await(what string, match func(*pb.BaseCommand) bool) *pb.BaseCommand {
+	rc.t.Helper()
+	var got *pb.BaseCommand
+	eventually(rc.t, what, func() bool {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		for _, c := range rc.frames {
+			if match(c) {
+				got = c
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// messages returns the MESSAGE frames received so far.
+func (rc *rawClient) messages() []*pb.CommandMessage {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []*pb.CommandMessage
+	for _, c := range rc.frames {
+		if c.GetType() == pb.BaseCommand_MESSAGE {
+			out = append(out, c.GetMessage())
+		}
+	}
+	return out
+}
+
+func (rc *rawClient) subscribe(topic, sub string, kind pb.CommandSubscribe_SubType, consumerID uint64) {
+	rc.t.Helper()
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+		Topic: ptr(topic), Subscription: ptr(sub), SubType: kind.Enum(), ConsumerId: ptr(consumerID),
+		RequestId: ptr(consumerID + 1000), ConsumerName: ptr("raw"), InitialPosition: pb.CommandSubscribe_Earliest.Enum(),
+	}})
+	rc.await("subscribed", func(c *pb.BaseCommand) bool { return c.GetSuccess().GetRequestId() == consumerID+1000 })
+}
+
+func (rc *rawClient) flow(consumerID uint64, permits uint32) {
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{ConsumerId: ptr(consumerID), MessagePermits: ptr(permits)}})
+}
+
+// sendPayload is a SEND body: checksum, metadata and payload.
+func sendPayload(meta *pb.MessageMetadata, payload []byte) []byte {
+	m, _ := proto.Marshal(meta)
+	body := binary.BigEndian.AppendUint32(nil, uint32(len(m)))
+	body = append(append(body, m...), payload...)
+	out := binary.BigEndian.AppendUint16(nil, magicChecksum)
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(body, castagnoli))
+	return append(out, body...)
+}
