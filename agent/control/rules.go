@@ -9,9 +9,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
+
+// retiredPerAgent bounds the memory of replaced flow UIDs.
+const retiredPerAgent = 1024
+
+// backgroundApplyTimeout bounds a re-apply that a push could not finish in time.
+const backgroundApplyTimeout = 2 * time.Minute
 
 // rule is one SubscriptionFlow as the controller last pushed it.
 type rule struct {
@@ -38,19 +46,42 @@ func (e *errStale) Error() string {
 	return fmt.Sprintf("revision %d is older than the applied revision %d", e.requested, e.applied)
 }
 
+// errStaleUID is returned when a push names a flow UID that a newer flow of the same
+// namespace/name replaced.
+type errStaleUID struct{ key, uid string }
+
+func (e *errStaleUID) Error() string {
+	return fmt.Sprintf("flow uid %s of %s was replaced by a newer flow with the same name", e.uid, e.key)
+}
+
 // rules holds every flow rule of the agent and turns them into consumer states.
+//
+// UIDs: a push with another UID than the rule held for its namespace/name replaces that rule
+// at any revision (the flow was deleted and created again, and starts over), and the replaced
+// UID is retired: later pushes naming it are refused, so a late retry from the deleted flow
+// cannot come back. A DELETE retires nothing: a pod relabelled away and back gets the same
+// flow again.
 type rules struct {
-	agent *agent.Agent
+	agent       *agent.Agent
+	log         logr.Logger
+	seekTimeout time.Duration
 
 	mu         sync.Mutex
 	byKey      map[string]*rule
-	bySub      map[string]map[string]*rule    // subscription -> key -> rule: a rule only matches its subscription
-	generation int64                          // grows with every state computation, for agent.Consumer.SetState
-	seeks      map[string]protocol.SeekStatus // by flow UID + "/" + seek id: each id runs once
+	bySub      map[string]map[string]*rule // subscription -> key -> rule: a rule only matches its subscription
+	generation int64                       // grows with every state computation, for agent.Consumer.SetState
+	retired    map[retiredUID]bool
+	retiredFIF []retiredUID // oldest first, at most retiredPerAgent
+	seeks      *seekBook
+	applying   bool // a background re-apply runs
+	applyAgain bool // and must run once more
 }
 
-func newRules(a *agent.Agent) *rules {
-	rs := &rules{agent: a, byKey: map[string]*rule{}, bySub: map[string]map[string]*rule{}, seeks: map[string]protocol.SeekStatus{}}
+type retiredUID struct{ key, uid string }
+
+func newRules(a *agent.Agent, log logr.Logger, seekTimeout time.Duration) *rules {
+	rs := &rules{agent: a, log: log, seekTimeout: seekTimeout, byKey: map[string]*rule{},
+		bySub: map[string]map[string]*rule{}, retired: map[retiredUID]bool{}, seeks: newSeekBook()}
 	// A consumer created later (a new subscription, a restarted app component) gets the state
 	// the rules already in force give it, before its first subscribe.
 	a.OnSubscribe(func(c *agent.Consumer) {
@@ -60,23 +91,39 @@ func newRules(a *agent.Agent) *rules {
 	return rs
 }
 
-// put stores r unless a newer revision of the same flow is in force.
+// put stores r unless a newer revision of the same flow is in force or its UID was replaced.
 func (rs *rules) put(r *rule) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.retired[retiredUID{r.key, r.UID}] {
+		return &errStaleUID{key: r.key, uid: r.UID}
+	}
 	old, ok := rs.byKey[r.key]
 	if ok && old.UID == r.UID && r.Revision < old.Revision {
 		return &errStale{requested: r.Revision, applied: old.Revision}
 	}
 	if ok {
 		rs.unindexLocked(old)
+		if old.UID != r.UID {
+			rs.retireLocked(retiredUID{old.key, old.UID})
+		}
 	}
 	rs.byKey[r.key] = r
 	if rs.bySub[r.Subscription] == nil {
 		rs.bySub[r.Subscription] = map[string]*rule{}
 	}
 	rs.bySub[r.Subscription][r.key] = r
+	rs.pruneSeeksLocked()
 	return nil
+}
+
+func (rs *rules) retireLocked(id retiredUID) {
+	rs.retired[id] = true
+	rs.retiredFIF = append(rs.retiredFIF, id)
+	if len(rs.retiredFIF) > retiredPerAgent {
+		delete(rs.retired, rs.retiredFIF[0])
+		rs.retiredFIF = rs.retiredFIF[1:]
+	}
 }
 
 func (rs *rules) unindexLocked(r *rule) {
@@ -95,11 +142,23 @@ func (rs *rules) remove(key, uid string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	if uid != "" && old.UID != uid {
+	if old.UID != uid {
 		return true, fmt.Errorf("the rule for %s belongs to flow uid %s, not %s", key, old.UID, uid)
 	}
 	rs.unindexLocked(old)
+	rs.pruneSeeksLocked()
 	return true, nil
+}
+
+// pruneSeeksLocked keeps the seek records the rules in force name, plus a bounded history.
+func (rs *rules) pruneSeeksLocked() {
+	live := make(map[seekKey]bool, len(rs.byKey))
+	for _, r := range rs.byKey {
+		if r.Seek != nil {
+			live[seekKey{uid: r.UID, id: r.Seek.ID}] = true
+		}
+	}
+	rs.seeks.prune(live)
 }
 
 // desired computes the most restrictive state of every rule matching c, with a fresh generation.
@@ -129,6 +188,35 @@ func (rs *rules) applyAll(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// applyInBackground re-applies the rules without a caller waiting: after a push that gave up
+// waiting for a busy consumer (a seek holds it), and after a seek. At most one runs; a request
+// while it runs makes it run once more, so the newest rules always end up applied.
+func (rs *rules) applyInBackground() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.applying {
+		rs.applyAgain = true
+		return
+	}
+	rs.applying = true
+	go func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), backgroundApplyTimeout)
+			if err := rs.applyAll(ctx); err != nil {
+				rs.log.Error(err, "Applying flow rules in the background failed")
+			}
+			cancel()
+			rs.mu.Lock()
+			again := rs.applyAgain
+			rs.applying, rs.applyAgain = again, false
+			rs.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
 }
 
 // matched returns the consumers r applies to, in a stable order.
@@ -166,54 +254,46 @@ func (rs *rules) conflicts(r *rule, consumers []*agent.Consumer) string {
 	return "also matched by " + strings.Join(names, ", ") + "; the most restrictive state applies"
 }
 
-// seek runs r's seek once per id: the executor moves the cursors, the other agents drop the
-// messages they hold from before it.
-func (rs *rules) seek(ctx context.Context, r *rule, consumers []*agent.Consumer) *protocol.SeekStatus {
+// seek handles r's seek (see seekBook.take) and reports it. It never waits for the seek: an
+// executor's seek runs in the background under its own deadline, holding no lock of ours,
+// so pushes keep applying states meanwhile.
+func (rs *rules) seek(r *rule, consumers []*agent.Consumer) *protocol.SeekStatus {
 	if r.Seek == nil {
 		return nil
 	}
-	key := r.UID + "/" + r.Seek.ID
 	rs.mu.Lock()
-	done, ok := rs.seeks[key]
+	action := rs.seeks.take(r.UID, r.Seek, len(consumers), time.Now())
 	rs.mu.Unlock()
-	if ok && (done.State != protocol.SeekObserved || !r.Seek.Execute) {
-		return &done
+	if !action.drop.IsZero() {
+		dropHeld(consumers, action.drop)
 	}
-	status := protocol.SeekStatus{ID: r.Seek.ID, State: protocol.SeekObserved}
-	if r.Seek.Execute {
-		status = executeSeek(ctx, r.Seek, consumers)
-	} else {
-		for _, c := range consumers {
-			c.DropHeld(time.Now())
-		}
+	if action.run != nil {
+		go rs.runSeek(action.run, *r.Seek, consumers)
 	}
-	rs.mu.Lock()
-	rs.seeks[key] = status
-	rs.mu.Unlock()
-	return &status
+	return &action.status
 }
 
-func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumers []*agent.Consumer) protocol.SeekStatus {
-	status := protocol.SeekStatus{ID: seek.ID}
-	if len(consumers) == 0 {
-		status.State, status.Reason = protocol.SeekFailed, "NoConsumer"
-		status.Error = "no consumer in this pod matches the flow's subscription and topic"
-		return status
+// runSeek executes a seek with the first matched consumer. When it succeeded, the pod's other
+// matched consumers drop what they held from before it; then the rules are applied again, as
+// pushes that came meanwhile may have given up waiting for the seeking consumer.
+func (rs *rules) runSeek(rec *seekRecord, req protocol.SeekRequest, consumers []*agent.Consumer) {
+	ctx, cancel := context.WithTimeout(context.Background(), rs.seekTimeout)
+	status := executeSeek(ctx, &req, consumers[0])
+	cancel()
+	rs.mu.Lock()
+	dropBefore := rs.seeks.finish(rec, status)
+	rs.pruneSeeksLocked()
+	rs.mu.Unlock()
+	if !dropBefore.IsZero() {
+		dropHeld(consumers[1:], dropBefore)
 	}
-	targets := seek.Partitions
-	if seek.Index != nil {
-		targets = []protocol.PartitionIndex{{Partition: -1, Index: *seek.Index}}
+	rs.applyInBackground()
+}
+
+func dropHeld(consumers []*agent.Consumer, before time.Time) {
+	for _, c := range consumers {
+		c.DropHeld(before)
 	}
-	result, err := consumers[0].SeekPartitionsByIndex(ctx, targets)
-	if err != nil {
-		status.State, status.Reason, status.Error = protocol.SeekFailed, "SeekFailed", err.Error()
-		if errors.Is(err, agent.ErrIndexMetadataDisabled) {
-			status.Reason = "IndexMetadataDisabled"
-		}
-		return status
-	}
-	status.State, status.Positions = protocol.SeekSucceeded, result.Positions
-	return status
 }
 
 // summary lists every rule, for GET /state.
@@ -228,4 +308,11 @@ func (rs *rules) summary() []protocol.FlowSummary {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+out[i].Name < out[j].Namespace+out[j].Name })
 	return out
+}
+
+// seekCount is the number of seek records held (bounded; for tests).
+func (rs *rules) seekCount() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return len(rs.seeks.records)
 }

@@ -4,11 +4,12 @@ package control
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -25,11 +26,30 @@ import (
 // DefaultMaxBodyBytes bounds a request body; a flow request is a few hundred bytes.
 const DefaultMaxBodyBytes = 64 << 10
 
+// DefaultApplyTimeout bounds how long a push waits for a consumer busy with another
+// transition (a seek moving its cursor) before it answers with the states as they are; the
+// rules are then applied in the background as soon as the consumer is free.
+const DefaultApplyTimeout = 3 * time.Second
+
+// HTTP limits against slow and hostile peers. The controller sends a request of a few hundred
+// bytes at once, so a peer that needs seconds for its headers or body is not the controller.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	// writeTimeout covers the handler and the answer: a push may wait DefaultApplyTimeout for a
+	// consumer and then for a pause to settle (the gate waits for messages in hand), which is
+	// quick but must not be cut short.
+	writeTimeout   = 30 * time.Second
+	idleTimeout    = 60 * time.Second
+	maxHeaderBytes = 16 << 10
+)
+
 // Options configure the control server.
 type Options struct {
 	// Addr to listen on; empty means ":9470".
 	Addr string
-	// TokenFile holds the bearer token (the mounted Secret key); it is re-read when it changes.
+	// TokenFile holds the bearer token (the mounted Secret key); it is read at every check, so
+	// a rotated Secret applies at once.
 	TokenFile string
 	// Token is a fixed token, used when TokenFile is empty.
 	Token string
@@ -37,6 +57,17 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxConnections caps open connections (Serve only); zero means DefaultMaxConnections.
+	// When full, the oldest connection that has not authenticated is closed for a new one.
+	MaxConnections int
+	// SeekTimeout bounds a seek this agent executes; zero means DefaultSeekTimeout.
+	SeekTimeout time.Duration
+	// ApplyTimeout bounds a push's wait for busy consumers; zero means DefaultApplyTimeout.
+	ApplyTimeout time.Duration
+	// MetricsRequireToken makes /metrics ask for the bearer token like the control API. Off
+	// by default: /metrics exposes counts and names only, and handing the token, which can
+	// pause consumption, to every scraper would widen who holds it.
+	MetricsRequireToken bool
 	// Gatherer serves /metrics; nil means prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// Logger receives structured logs.
@@ -65,21 +96,42 @@ func New(a *agent.Agent, opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
+	if opts.SeekTimeout <= 0 {
+		opts.SeekTimeout = DefaultSeekTimeout
+	}
+	if opts.ApplyTimeout <= 0 {
+		opts.ApplyTimeout = DefaultApplyTimeout
+	}
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
 	s := &Server{agent: a, opts: opts, log: opts.Logger, token: &tokenSource{file: opts.TokenFile, fixed: opts.Token},
-		rules: newRules(a), mux: http.NewServeMux()}
-	s.mux.Handle("PUT "+protocol.PathPrefix+"/flows/{namespace}/{name}", s.authenticated(s.putFlow))
-	s.mux.Handle("DELETE "+protocol.PathPrefix+"/flows/{namespace}/{name}", s.authenticated(s.deleteFlow))
+		rules: newRules(a, opts.Logger, opts.SeekTimeout), mux: http.NewServeMux()}
 	s.mux.Handle("GET "+protocol.PathPrefix+"/state", s.authenticated(s.getState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	var metrics http.Handler = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
+	if opts.MetricsRequireToken {
+		metrics = s.authenticated(metrics.ServeHTTP)
+	}
+	s.mux.Handle("GET /metrics", metrics)
 	return s, nil
 }
 
-// Handler serves the control API.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler serves the control API. The flow endpoints are routed before the mux, which would
+// clean "..", "//" and decoded "%2F" out of the path and redirect instead of refusing.
+func (s *Server) Handler() http.Handler {
+	flows := s.authenticated(s.serveFlow)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.EscapedPath(), flowsPrefix) {
+			flows.ServeHTTP(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
 
 // ListenAndServe serves on Options.Addr until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context) error {
@@ -90,86 +142,167 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	return s.Serve(ctx, l)
 }
 
-// Serve serves on l until ctx ends, with TLS when configured.
+// Serve serves on l until ctx ends, with TLS when configured, and closes l. Slow peers are
+// cut off by the timeouts and, when Options.MaxConnections are open, evicted in favour of new
+// connections as long as they have not authenticated.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() {
-		<-ctx.Done()
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnContext:       withConn,
+	}
+	limited := net.Listener(newLimitListener(l, s.opts.MaxConnections))
+	if s.opts.TLSCertFile != "" && s.opts.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSKeyFile)
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("control: loading the TLS key pair: %w", err)
+		}
+		// HTTP/1.1 only: its timeouts and the connection cap apply per request as set above.
+		limited = tls.NewListener(limited, &tls.Config{Certificates: []tls.Certificate{cert},
+			MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	}
+	// No goroutine waits on ctx: AfterFunc starts the shutdown only if ctx ends while serving.
+	stop := context.AfterFunc(ctx, func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
-	}()
-	var err error
-	if s.opts.TLSCertFile != "" && s.opts.TLSKeyFile != "" {
-		err = srv.ServeTLS(l, s.opts.TLSCertFile, s.opts.TLSKeyFile)
-	} else {
-		err = srv.Serve(l)
-	}
+	})
+	defer stop()
+	err := srv.Serve(limited)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
 }
 
-func (s *Server) authenticated(next http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// authenticated checks the bearer token before anything else of the request is read. A
+// refused request gets its answer at once and its connection is closed, its body unread.
+func (s *Server) authenticated(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := bearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="subflow-agent"`)
+			refuse(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "missing or wrong bearer token")
+			return
+		}
 		want, err := s.token.current()
 		if err != nil {
 			s.log.Error(err, "Reading the control token failed")
-			writeError(w, http.StatusInternalServerError, "TokenUnavailable", "the agent cannot read its token file")
+			refuse(w, http.StatusInternalServerError, "TokenUnavailable", "the agent cannot read its token file")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		if !sameToken(got, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="subflow-agent"`)
-			writeError(w, http.StatusUnauthorized, "Unauthorized", "missing or wrong bearer token")
+			refuse(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "missing or wrong bearer token")
 			return
 		}
+		trustConn(r.Context())
 		next(w, r)
-	})
+	}
 }
 
-func (s *Server) putFlow(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeFlowRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequest", err.Error())
+// serveFlow routes PUT and DELETE of one flow after checking its path.
+func (s *Server) serveFlow(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPut && r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "PUT, DELETE")
+		refuse(w, http.StatusMethodNotAllowed, protocol.ReasonBadRequest, "method "+r.Method+" not allowed: want PUT or DELETE")
 		return
 	}
-	rl := newRule(r.PathValue("namespace"), r.PathValue("name"), req)
+	namespace, name, err := flowKey(r.URL)
+	if err != nil {
+		refuse(w, http.StatusBadRequest, protocol.ReasonBadRequest, err.Error())
+		return
+	}
+	if r.Method == http.MethodDelete {
+		s.deleteFlow(w, r, namespace+"/"+name)
+		return
+	}
+	if err := jsonContent(r.Header.Get("Content-Type")); err != nil {
+		refuse(w, http.StatusUnsupportedMediaType, protocol.ReasonUnsupportedMediaType, err.Error())
+		return
+	}
+	s.putFlow(w, r, namespace, name)
+}
+
+// jsonContent accepts "application/json" with parameters (charset) and in any case.
+func jsonContent(contentType string) error {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "application/json" {
+		return fmt.Errorf("content type %q: want application/json", contentType)
+	}
+	return nil
+}
+
+func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name string) {
+	req, err := decodeFlowRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, protocol.Error{Reason: protocol.ReasonBadRequest, Message: err.Error()})
+		return
+	}
+	rl := newRule(namespace, name, req)
 	if err := s.rules.put(rl); err != nil {
-		writeError(w, http.StatusConflict, "StaleRevision", err.Error())
+		writeError(w, http.StatusConflict, conflict(err))
 		return
 	}
 	s.agent.MarkSynced()
-	if err := s.rules.applyAll(r.Context()); err != nil {
-		s.log.Error(err, "Applying flow rule failed", "flow", rl.key, "revision", req.Revision)
-	}
+	s.apply(r.Context(), rl.key)
 	consumers := s.rules.matched(rl)
 	status := protocol.FlowStatus{
 		Pod:             s.agent.Name(),
 		AppliedRevision: req.Revision,
 		Consumers:       statuses(consumers),
-		Seek:            s.rules.seek(r.Context(), rl, consumers),
+		Seek:            s.rules.seek(rl, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
 	}
 	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
 	writeJSON(w, http.StatusOK, status)
 }
 
-func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("namespace") + "/" + r.PathValue("name")
-	found, err := s.rules.remove(key, r.URL.Query().Get("uid"))
+func conflict(err error) protocol.Error {
+	var stale *errStale
+	if errors.As(err, &stale) {
+		return protocol.Error{Reason: protocol.ReasonStaleRevision, Message: err.Error(), AppliedRevision: stale.applied}
+	}
+	return protocol.Error{Reason: protocol.ReasonStaleUID, Message: err.Error()}
+}
+
+// apply brings the consumers to the rules, waiting at most ApplyTimeout for busy ones; what
+// it could not finish is applied in the background.
+func (s *Server) apply(ctx context.Context, flow string) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ApplyTimeout)
+	defer cancel()
+	err := s.rules.applyAll(ctx)
+	if err == nil {
+		return
+	}
+	if ctx.Err() != nil {
+		s.rules.applyInBackground()
+		return
+	}
+	s.log.Error(err, "Applying flow rules failed", "flow", flow)
+}
+
+func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request, key string) {
+	uid := r.URL.Query().Get("uid")
+	if uid == "" {
+		refuse(w, http.StatusBadRequest, protocol.ReasonBadRequest, "query parameter uid is required: it names the flow whose rule is released")
+		return
+	}
+	found, err := s.rules.remove(key, uid)
 	switch {
 	case err != nil:
-		writeError(w, http.StatusConflict, "UIDMismatch", err.Error())
+		writeError(w, http.StatusConflict, protocol.Error{Reason: protocol.ReasonUIDMismatch, Message: err.Error()})
 		return
 	case !found:
-		writeError(w, http.StatusNotFound, "NotFound", "no rule for flow "+key)
+		writeError(w, http.StatusNotFound, protocol.Error{Reason: protocol.ReasonNotFound, Message: "no rule for flow " + key})
 		return
 	}
-	if err := s.rules.applyAll(r.Context()); err != nil {
-		s.log.Error(err, "Releasing flow rule failed", "flow", key)
-	}
+	s.apply(r.Context(), key)
 	s.log.Info("Flow rule released", "flow", key)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -194,6 +327,15 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-func writeError(w http.ResponseWriter, code int, reason, message string) {
-	writeJSON(w, code, protocol.Error{Reason: reason, Message: message})
+func writeError(w http.ResponseWriter, code int, e protocol.Error) { writeJSON(w, code, e) }
+
+// refuse answers a request whose body is not going to be read, and closes the connection
+// without reading the body: net/http would otherwise read up to 256 KiB of it, before or
+// after the answer, at whatever pace the peer sends.
+func refuse(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Connection", "close")
+	// Ends the read that net/http makes after the handler; an error just means the request
+	// did not come through a server (tests calling the handler directly).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	writeError(w, code, protocol.Error{Reason: reason, Message: message})
 }

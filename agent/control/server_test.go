@@ -50,6 +50,9 @@ func call(t *testing.T, method, url, bearer, body string) (int, string) {
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -164,15 +167,7 @@ func startPods(t *testing.T, b *pulsartest.Broker, topic string, names ...string
 
 func put(t *testing.T, p *podsim.Pod, flow string, req protocol.FlowRequest) (int, protocol.FlowStatus) {
 	t.Helper()
-	body, _ := json.Marshal(req)
-	code, out := call(t, http.MethodPut, "http://"+p.Addr+protocol.PathPrefix+"/flows/ns/"+flow, token, string(body))
-	var status protocol.FlowStatus
-	if code == http.StatusOK {
-		if err := json.Unmarshal([]byte(out), &status); err != nil {
-			t.Fatalf("decoding %s: %v", out, err)
-		}
-	}
-	return code, status
+	return putAt(t, p.Addr, flow, req)
 }
 
 func TestStaleRevisionIsIgnored(t *testing.T) {
@@ -275,15 +270,19 @@ func TestSeekRunsOncePerID(t *testing.T) {
 	req := protocol.FlowRequest{UID: "u", Revision: 1, Subscription: "sub", State: protocol.Running,
 		Seek: &protocol.SeekRequest{ID: "s1", Index: &index, Execute: true}}
 	code, st := put(t, pod, "f", req)
-	if code != 200 || st.Seek == nil || st.Seek.State != protocol.SeekSucceeded || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].Index != 5 {
-		t.Fatalf("seek: %d %+v", code, st.Seek)
+	if code != 200 || st.Seek == nil || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("seek: %d %+v, want it answered at once as Running", code, st.Seek)
+	}
+	st = waitSeek(t, pod.Addr, "f", req)
+	if st.Seek.State != protocol.SeekSucceeded || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].Index != 5 {
+		t.Fatalf("seek: %+v", st.Seek)
 	}
 	eventually(t, "messages from index 5 redelivered", func() bool { return pod.Received() == 35 })
 	if got := pod.Payloads()[20]; got != "m-5" {
 		t.Fatalf("first message after the seek is %s, want m-5", got)
 	}
 	// The same id again (a retry) must not move the cursor back.
-	req.Revision = 2
+	req.Revision = 3
 	if _, st := put(t, pod, "f", req); st.Seek.State != protocol.SeekSucceeded {
 		t.Fatalf("retried seek: %+v", st.Seek)
 	}

@@ -1,37 +1,23 @@
 package control
 
 import (
+	"crypto/subtle"
 	"errors"
 	"os"
 	"strings"
-	"sync"
-	"time"
 )
 
-// tokenSource yields the bearer token, re-reading the file when it changes (a rotated Secret is
-// updated in place by the kubelet).
+// tokenSource yields the bearer token. The file is read at every check: the kubelet rewrites
+// a mounted Secret in place, and a rotation must take effect even when size and modification
+// time stay the same. The file is a few bytes, and a request without any token reads nothing.
 type tokenSource struct {
 	file  string
 	fixed string
-
-	mu      sync.Mutex
-	modTime time.Time
-	size    int64
-	token   string
 }
 
 func (t *tokenSource) current() (string, error) {
 	if t.file == "" {
 		return t.fixed, nil
-	}
-	info, err := os.Stat(t.file)
-	if err != nil {
-		return "", err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.token != "" && info.ModTime().Equal(t.modTime) && info.Size() == t.size {
-		return t.token, nil
 	}
 	data, err := os.ReadFile(t.file)
 	if err != nil {
@@ -41,6 +27,21 @@ func (t *tokenSource) current() (string, error) {
 	if token == "" {
 		return "", errors.New("token file " + t.file + " is empty")
 	}
-	t.token, t.modTime, t.size = token, info.ModTime(), info.Size()
 	return token, nil
+}
+
+// bearerToken returns the credentials of an Authorization header of the Bearer scheme; the
+// scheme name is case-insensitive (RFC 9110, section 11.1).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
+}
+
+// sameToken compares in constant time, so that timing tells nothing about the token.
+func sameToken(got, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }

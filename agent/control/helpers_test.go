@@ -1,0 +1,247 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+)
+
+// putAt pushes req for flow ns/{flow} to the agent at addr.
+func putAt(t *testing.T, addr, flow string, req protocol.FlowRequest) (int, protocol.FlowStatus) {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	code, out := call(t, http.MethodPut, "http://"+addr+protocol.PathPrefix+"/flows/ns/"+flow, token, string(body))
+	var status protocol.FlowStatus
+	if code == http.StatusOK {
+		if err := json.Unmarshal([]byte(out), &status); err != nil {
+			t.Fatalf("decoding %s: %v", out, err)
+		}
+	}
+	return code, status
+}
+
+// waitSeek pushes req again, as the controller does, until its seek is no longer running.
+func waitSeek(t *testing.T, addr, flow string, req protocol.FlowRequest) protocol.FlowStatus {
+	t.Helper()
+	var st protocol.FlowStatus
+	eventually(t, "the seek to finish", func() bool {
+		var code int
+		code, st = putAt(t, addr, flow, req)
+		return code == http.StatusOK && st.Seek != nil && st.Seek.State != protocol.SeekRunning
+	})
+	return st
+}
+
+// testPod is an agent with one Shared consumer and its control server, built with options
+// the simulated pods do not offer. Its application receives only while receiving is on.
+type testPod struct {
+	addr     string
+	agent    *agent.Agent
+	consumer *agent.Consumer
+	registry *prometheus.Registry
+
+	mu        sync.Mutex
+	payloads  []string
+	receiving bool
+	wake      chan struct{}
+}
+
+func startTestPod(t *testing.T, b *pulsartest.Broker, name, topic, adminURL string, receiving bool, opts control.Options) *testPod {
+	t.Helper()
+	p := &testPod{registry: prometheus.NewRegistry(), receiving: receiving, wake: make(chan struct{}, 1)}
+	var err error
+	p.agent, err = agent.New(agent.Options{Name: name, AdminURL: adminURL, Registerer: p.registry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Token = token
+	srv, err := control.New(p.agent, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = l.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = srv.Serve(ctx, l) }()
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.ServiceURL(), Logger: log.DefaultNopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.consumer, err = p.agent.Subscribe(client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub",
+		Type: pulsar.Shared, Name: name, ReceiverQueueSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); p.consume(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		p.consumer.Close()
+		wg.Wait()
+		client.Close()
+		p.agent.Close()
+	})
+	return p
+}
+
+func (p *testPod) consume(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		on := p.receiving
+		p.mu.Unlock()
+		if !on {
+			select {
+			case <-p.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		msg, err := p.consumer.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		p.mu.Lock()
+		p.payloads = append(p.payloads, string(msg.Payload()))
+		p.mu.Unlock()
+		_ = p.consumer.Ack(msg)
+	}
+}
+
+// startReceiving lets the application receive from now on.
+func (p *testPod) startReceiving() {
+	p.mu.Lock()
+	p.receiving = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *testPod) received() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.payloads...)
+}
+
+// counter reads a counter of the pod's registry (summed over series matching label=value).
+func (p *testPod) counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := p.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// adminGate is a reverse proxy to the broker's admin API that holds every request until
+// opened, so that a test controls how long a seek takes. It counts the requests by path.
+type adminGate struct {
+	url    string
+	opened chan struct{}
+	once   sync.Once
+
+	mu    sync.Mutex
+	paths []string
+}
+
+func newAdminGate(t *testing.T, adminURL string) *adminGate {
+	t.Helper()
+	target, err := url.Parse(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &adminGate{opened: make(chan struct{})}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.paths = append(g.paths, r.URL.Path)
+		g.mu.Unlock()
+		select {
+		case <-g.opened:
+		case <-r.Context().Done():
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(g.open) // before srv.Close: release held requests
+	g.url = srv.URL
+	return g
+}
+
+func (g *adminGate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// requests counts the requests whose path contains part.
+func (g *adminGate) requests(part string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, p := range g.paths {
+		if strings.Contains(p, part) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAcked waits until the broker saw n acknowledgements on topic's subscription "sub":
+// a seek must not race the client's grouped acks.
+func waitAcked(t *testing.T, b *pulsartest.Broker, topic string, n int64) {
+	t.Helper()
+	eventually(t, "acks to reach the broker", func() bool { return b.Subscription(topic, "sub").Acked >= n })
+}
+
+// withDeadline fails the test when fn takes longer than d (fn runs on, the test ends).
+func withDeadline(t *testing.T, what string, d time.Duration, fn func()) time.Duration {
+	t.Helper()
+	start := time.Now()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+		return time.Since(start)
+	case <-time.After(d):
+		t.Fatalf("%s took longer than %s", what, d)
+		return 0
+	}
+}

@@ -1,0 +1,144 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// DefaultSeekTimeout bounds one seek: resolving the indexes and moving the cursors.
+const DefaultSeekTimeout = 2 * time.Minute
+
+// seekHistory is how many records of seeks no rule names any more are kept, so that a
+// retried or repeated id of a recent seek still runs at most once.
+const seekHistory = 16
+
+// seekKey names one seek: an id runs at most once per flow UID.
+type seekKey struct{ uid, id string }
+
+// seekRecord is what this agent knows of one seek.
+type seekRecord struct {
+	status protocol.SeekStatus
+	// executor: this agent started the seek; it never starts it again.
+	executor bool
+	// announced is when this agent first heard of the seek; once told it succeeded, it drops
+	// the held messages taken at or before that time (they predate the new cursor).
+	announced time.Time
+	// settled: the drop was done, or can no longer be done, so a later notice does nothing.
+	settled bool
+}
+
+// seekBook holds the seek records, bounded: the records of the seeks the rules in force name,
+// the running ones, and the seekHistory most recent others. Guarded by rules.mu.
+type seekBook struct {
+	records map[seekKey]*seekRecord
+	order   []seekKey // oldest first
+}
+
+func newSeekBook() *seekBook { return &seekBook{records: map[seekKey]*seekRecord{}} }
+
+// seekAction is what a push asks of the consumers once the rules lock is released.
+type seekAction struct {
+	status protocol.SeekStatus
+	run    *seekRecord // start this seek in the background
+	drop   time.Time   // drop held messages taken at or before this time (zero: none)
+}
+
+// take records the seek part of a push and decides what to do:
+//   - an executor push starts the seek once (single flight: the record is created under the
+//     lock before the seek starts, so concurrent pushes see it running);
+//   - any other push only notes the announcement, dropping nothing;
+//   - a push saying the seek succeeded makes an agent that did not run it drop the messages
+//     it held from before the announcement, once. An agent that first hears of the seek
+//     through that notice keeps what it holds: it cannot tell old messages from new ones.
+//
+// A failed seek drops nothing anywhere: the executor's consumer kept its messages (nothing
+// moved) and the others were never told it succeeded.
+func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, now time.Time) seekAction {
+	key := seekKey{uid: uid, id: req.ID}
+	rec, known := b.records[key]
+	if !known {
+		rec = &seekRecord{status: protocol.SeekStatus{ID: req.ID, State: protocol.SeekObserved}, announced: now}
+		b.records[key] = rec
+		b.order = append(b.order, key)
+	}
+	var action seekAction
+	switch {
+	case req.Succeeded:
+		if rec.executor {
+			break // its own run drops what the pod's other consumers held (finish)
+		}
+		if !rec.settled && known {
+			action.drop = rec.announced
+		}
+		rec.settled = true
+	case req.Execute && !rec.executor && !rec.settled:
+		rec.executor = true
+		if consumers == 0 {
+			rec.status = failed(req.ID, "NoConsumer", "no consumer in this pod matches the flow's subscription and topic")
+		} else {
+			rec.status.State = protocol.SeekRunning
+			action.run = rec
+		}
+	}
+	action.status = rec.status
+	return action
+}
+
+// finish stores the result of a seek this agent ran and tells since when its other matched
+// consumers hold messages from before it (zero when the seek failed).
+func (b *seekBook) finish(rec *seekRecord, status protocol.SeekStatus) (dropBefore time.Time) {
+	rec.status = status
+	if status.State != protocol.SeekSucceeded || rec.settled {
+		return time.Time{}
+	}
+	rec.settled = true
+	return rec.announced
+}
+
+// prune keeps the records of live seeks and running ones, and the seekHistory newest others.
+func (b *seekBook) prune(live map[seekKey]bool) {
+	spare := 0
+	for i := len(b.order) - 1; i >= 0; i-- {
+		key := b.order[i]
+		if live[key] || b.records[key].status.State == protocol.SeekRunning {
+			continue
+		}
+		if spare++; spare > seekHistory {
+			delete(b.records, key)
+		}
+	}
+	kept := b.order[:0]
+	for _, key := range b.order {
+		if b.records[key] != nil {
+			kept = append(kept, key)
+		}
+	}
+	clear(b.order[len(kept):])
+	b.order = kept
+}
+
+func failed(id, reason, message string) protocol.SeekStatus {
+	return protocol.SeekStatus{ID: id, State: protocol.SeekFailed, Reason: reason, Error: message}
+}
+
+// executeSeek moves the cursors with the first matched consumer, under ctx.
+func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer *agent.Consumer) protocol.SeekStatus {
+	targets := seek.Partitions
+	if seek.Index != nil {
+		targets = []protocol.PartitionIndex{{Partition: -1, Index: *seek.Index}}
+	}
+	result, err := consumer.SeekPartitionsByIndex(ctx, targets)
+	switch {
+	case errors.Is(err, agent.ErrIndexMetadataDisabled):
+		return failed(seek.ID, "IndexMetadataDisabled", err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return failed(seek.ID, "SeekTimedOut", err.Error())
+	case err != nil:
+		return failed(seek.ID, "SeekFailed", err.Error())
+	}
+	return protocol.SeekStatus{ID: seek.ID, State: protocol.SeekSucceeded, Positions: result.Positions}
+}
