@@ -205,13 +205,28 @@ func (a *adminClient) entryByIndex(ctx context.Context, topic string, index int6
 	return position{ledger: id.LedgerID, entry: id.EntryID}, nil
 }
 
-// resetCursor moves a subscription's cursor on one topic or partition to an entry.
-func (a *adminClient) resetCursor(ctx context.Context, topic, subscription string, p position) error {
+// resetCursorData is the body of resetcursor (ResetCursorData in the broker).
+type resetCursorData struct {
+	LedgerID       int64 `json:"ledgerId"`
+	EntryID        int64 `json:"entryId"`
+	PartitionIndex int32 `json:"partitionIndex"`
+	IsExcluded     bool  `json:"isExcluded"`
+}
+
+// resetCursor moves a subscription's cursor on one topic or partition to an entry, or past
+// it when excluded (the entry is not delivered again, to this consumer or any other).
+func (a *adminClient) resetCursor(ctx context.Context, topic, subscription string, p position, excluded bool) error {
 	base, err := topicPath(topic)
 	if err != nil {
 		return err
 	}
 	path := base + "/subscription/" + url.PathEscape(subscription) + "/resetcursor"
-	_, err = a.call(ctx, http.MethodPost, path, messageIDJSON{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1}, nil)
+	if excluded {
+		// The broker reads isExcluded from the body; the query parameter carries the same
+		// flag for servers that read it there and is ignored by those that do not.
+		path += "?isExcluded=true"
+	}
+	body := resetCursorData{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1, IsExcluded: excluded}
+	_, err = a.call(ctx, http.MethodPost, path, body, nil)
 	return err
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -158,6 +159,12 @@ func (col *collector) count() int {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	return len(col.seqs)
+}
+
+func (col *collector) seqsCopy() []int {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	return slices.Clone(col.seqs)
 }
 
 func (col *collector) distinct() map[int]bool {

@@ -201,3 +201,94 @@ func TestIntegrationSeekRefusesMultiTopic(t *testing.T) {
 		t.Fatalf("err = %v, want ErrSeekUnsupported", err)
 	}
 }
+
+// Seek to latest moves the cursor past the last entry: nothing already consumed is pending
+// again, so no Shared sibling gets the last entry a second time.
+func TestIntegrationSeekLatestRedeliversNothingToSiblings(t *testing.T) {
+	for _, batch := range []int{1, 5} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
+			opts := pulsar.ConsumerOptions{Type: pulsar.Shared}
+			c, topic := consumedTopic(t, e, 20, batch, opts)
+			opts.Topic, opts.SubscriptionName = topic, "sub"
+			sibling, err := e.client.Subscribe(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sibling.Close()
+			sibCol := collect(t, sibling)
+			col := collect(t, c)
+			dispatched := e.broker.Subscription(topic, "sub").Dispatched
+			res, err := c.SeekByIndex(context.Background(), 1<<40)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := res.Positions; len(p) != 1 || p[0].Index != 20 {
+				t.Fatalf("positions %+v, want index 20 next", p)
+			}
+			if st := e.broker.Subscription(topic, "sub"); st.Backlog != 0 || st.Dispatched != dispatched {
+				t.Fatalf("after seek to latest: backlog %d (want 0), %d dispatched again", st.Backlog, st.Dispatched-dispatched)
+			}
+			e.produce(t, topic, 20, 1, 1)
+			eventually(t, "the new message", func() bool { return col.count()+sibCol.count() == 1 })
+			if got := append(col.seqsCopy(), sibCol.seqsCopy()...); !slices.Equal(got, []int{20}) {
+				t.Fatalf("after seek to latest the consumers got %v, want only [20]", got)
+			}
+			if d := e.broker.Subscription(topic, "sub").Dispatched - dispatched; d != 1 {
+				t.Fatalf("%d messages dispatched after the seek, want 1", d)
+			}
+		})
+	}
+}
+
+// A standby Failover consumer executes a seek. No client keeps a pending seek: when it later
+// becomes active and the cursor is reset back to the start by someone else, it receives every
+// message (a client that sought keeps discarding, and acking, everything up to its seek id).
+func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
+	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
+	topic := uniqueTopic(t)
+	opts := pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Failover}
+	activeOpts := opts
+	activeOpts.Name = "a-active" // Failover elects by name: this one is active
+	active, err := e.client.Subscribe(activeOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Name = "b-standby"
+	standby := e.subscribe(t, opts)
+	e.produce(t, topic, 0, 40, 1)
+	receiveN(t, active, 40)
+	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == 40 })
+
+	if _, err := standby.SeekByIndex(context.Background(), 20); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range receiveN(t, active, 20) {
+		if got := seqOfMessage(t, m); got != 20+i {
+			t.Fatalf("active consumer got %d after the seek, want %d", got, 20+i)
+		}
+	}
+	eventually(t, "acks after the seek", func() bool { return e.broker.Subscription(topic, "sub").Backlog == 0 })
+	e.broker.DropConnections() // a later reconnect of every client
+	active.Close()
+	first := resetToStart(t, e, topic)
+	got := receiveN(t, standby, 40)
+	if s := seqOfMessage(t, got[0]); s != 0 {
+		t.Fatalf("after the reset to %+v the former standby got %d first, want 0", first, s)
+	}
+}
+
+// resetToStart resets subscription "sub" to the topic's first entry through the admin API, as
+// an operator or another agent would, and returns that entry.
+func resetToStart(t *testing.T, e *env, topic string) position {
+	t.Helper()
+	spans, err := e.agent.admin.ledgers(context.Background(), topic)
+	if err != nil || len(spans) == 0 {
+		t.Fatalf("ledgers of %s: %v %v", topic, spans, err)
+	}
+	first := position{ledger: spans[0].ledger}
+	if err := e.agent.admin.resetCursor(context.Background(), topic, "sub", first, false); err != nil {
+		t.Fatal(err)
+	}
+	return first
+}

@@ -37,6 +37,7 @@ type resolution struct {
 	batch int32
 	index int64 // the index delivered next (A when below the range, B when above)
 	empty bool
+	past  bool // the latest position: the cursor goes past entry pos
 }
 
 // countingSource counts admin calls (probes).
@@ -109,7 +110,7 @@ func resolveIndex(ctx context.Context, src indexSource, topic string, x int64) (
 		return resolution{}, err
 	}
 	if x > last.index {
-		return resolution{pos: lastPos, batch: int32(last.messages), index: last.index + 1}, nil
+		return resolution{pos: lastPos, batch: int32(last.messages), index: last.index + 1, past: true}, nil
 	}
 	if r, ok, err := lookupIndex(ctx, src, topic, x); err != nil || ok {
 		return r, err

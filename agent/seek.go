@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/pulsar-client-go/pulsar"
-
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
@@ -31,8 +29,14 @@ func (c *Consumer) SeekByIndex(ctx context.Context, index int64) (*SeekResult, e
 
 // SeekPartitionsByIndex is SeekByIndex with one index per partition of a partitioned topic
 // (partition -1 addresses a non-partitioned topic). Every index is resolved before anything
-// moves. pulsar-client-go cannot seek a partitioned consumer, so the consumer is closed, each
-// partition's cursor is reset through the admin API and the consumer subscribes again.
+// moves. Then the consumer is closed, each cursor is reset through the admin API and the
+// consumer subscribes again. The client's own Seek is not used: pulsar-client-go cannot seek
+// a partitioned consumer, and a client that seeks keeps the seek position as a pending
+// "discard up to here" mark. On Exclusive and Failover a real broker disconnects only the
+// active consumer on a seek, so a standby that sought would apply the mark at some later
+// reconnect and discard (and ack) messages then; and any client that sought keeps discarding
+// up to the mark after later reconnects, so a later backward seek by another agent would lose
+// messages. A closed consumer keeps no such state.
 func (c *Consumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*SeekResult, error) {
 	res, err := c.seekPartitionsByIndex(ctx, targets)
 	result := "Completed"
@@ -75,10 +79,7 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 		plan[i].res = r
 		result.Positions = append(result.Positions, plan[i].seekPosition())
 	}
-	if partitioned {
-		return result, c.resetPartitions(ctx, plan)
-	}
-	return result, c.seekSingle(ctx, plan[0])
+	return result, c.resetPartitions(ctx, plan)
 }
 
 // isPartitioned tells a partitioned topic from a non-partitioned one (or a single partition
@@ -148,21 +149,6 @@ func (s seekStep) seekPosition() protocol.SeekPosition {
 	return p
 }
 
-// seekSingle seeks a non-partitioned consumer with the client's own Seek to the message just
-// before the target: the client discards messages up to the seek id after reconnecting, so
-// the target is the next one delivered. A stopped consumer's cursor moves through the admin API.
-func (c *Consumer) seekSingle(ctx context.Context, step seekStep) error {
-	if step.res.empty {
-		return nil // an empty topic: every cursor is at the end already
-	}
-	before := pulsar.NewMessageID(step.res.pos.ledger, step.res.pos.entry, step.res.batch-1, 0)
-	err := c.seekWith(ctx, func(inner pulsar.Consumer) error { return inner.Seek(before) })
-	if !errors.Is(err, ErrConsumerStopped) {
-		return err
-	}
-	return c.resetPartitions(ctx, []seekStep{step})
-}
-
 // resetPartitions resets cursors through the admin API. A connected consumer is closed first
 // and subscribes again afterwards, so that no message read from the old position is handed
 // over; messages before the target inside its batch entry are acked and skipped by the gate.
@@ -182,11 +168,11 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 		if step.res.empty {
 			continue
 		}
-		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.pos); err != nil {
+		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.pos, step.res.past); err != nil {
 			errs = append(errs, fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err))
 			continue
 		}
-		if step.res.batch > 0 {
+		if step.res.batch > 0 && !step.res.past {
 			skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
 		}
 	}
