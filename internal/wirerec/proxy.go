@@ -323,7 +323,7 @@ func (p *Proxy) pump(c *proxyConn, src *bufio.Reader, first []byte, dst net.Conn
 	if frame == nil {
 		var err error
 		if frame, err = readFrame(src, nil); err != nil {
-			p.forwardTail(c, src, out, frame, err, dir)
+			p.forwardTail(c, src, out, dst, frame, err, dir)
 			return dir
 		}
 	}
@@ -338,7 +338,7 @@ func (p *Proxy) pump(c *proxyConn, src *bufio.Reader, first []byte, dst net.Conn
 		}
 		var err error
 		if frame, err = readFrame(src, frame); err != nil {
-			p.forwardTail(c, src, out, frame, err, dir)
+			p.forwardTail(c, src, out, dst, frame, err, dir)
 			return dir
 		}
 	}
@@ -346,14 +346,14 @@ func (p *Proxy) pump(c *proxyConn, src *bufio.Reader, first []byte, dst net.Conn
 
 // forwardTail handles the end of a stream: a truncated frame is passed on as
 // it came, and a stream that is not Pulsar framing is copied undecoded.
-func (p *Proxy) forwardTail(c *proxyConn, src *bufio.Reader, out *bufio.Writer, partial []byte, err error, dir Direction) {
-	if _, werr := out.Write(partial); werr != nil {
+func (p *Proxy) forwardTail(c *proxyConn, src *bufio.Reader, out *bufio.Writer, dst net.Conn, partial []byte, err error, dir Direction) {
+	if _, werr := out.Write(partial); werr != nil || out.Flush() != nil {
 		return
 	}
 	switch {
 	case errors.Is(err, errFrameSize):
 		p.report(c.info.ID, "%v: %v; forwarding the rest undecoded", dir, err)
-		_, _ = io.Copy(out, src)
+		_, _ = io.Copy(dst, src)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		p.report(c.info.ID, "%v: stream ended inside a frame (%d bytes of it forwarded)", dir, len(partial))
 	}
