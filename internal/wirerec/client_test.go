@@ -18,9 +18,33 @@ import (
 )
 
 // The recorder sees the same FLOW commands, in the same order, as the broker
-// that handles them.
+// that handles them, whether the broker advertises the proxy or the proxy
+// rewrites lookups.
 func TestFlowsMatchTheBrokersRecord(t *testing.T) {
-	b, p := startPair(t)
+	t.Run("advertised", func(t *testing.T) {
+		b, p := startPair(t)
+		flowsMatch(t, b, p)
+		for _, c := range p.Connections() {
+			if c.ProxiedTo != "" {
+				t.Fatalf("connection %+v routed through the proxy mechanism: want direct use of the advertised proxy", c)
+			}
+		}
+		for _, e := range p.Events(Filter{}, pb.BaseCommand_LOOKUP_RESPONSE) {
+			if e.Rewritten {
+				t.Fatalf("lookup answer rewritten: %+v", e)
+			}
+		}
+	})
+	t.Run("rewritten", func(t *testing.T) {
+		b, p := startRewritingPair(t)
+		flowsMatch(t, b, p)
+		if !slices.ContainsFunc(p.Connections(), func(c Connection) bool { return c.ProxiedTo == strings.TrimPrefix(b.ServiceURL(), "pulsar://") }) {
+			t.Fatalf("no connection routed through the proxy to the broker: %+v", p.Connections())
+		}
+	})
+}
+
+func flowsMatch(t *testing.T, b *pulsartest.Broker, p *Proxy) {
 	c := newClient(t, p.ServiceURL())
 	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "flows", SubscriptionName: "sub", Name: "alpha", ReceiverQueueSize: 4})
 	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "flows", DisableBatching: true})
@@ -53,9 +77,6 @@ func TestFlowsMatchTheBrokersRecord(t *testing.T) {
 	subs := p.Consumers(Filter{Subscription: "sub"})
 	if len(subs) != 1 || subs[0].Name != "alpha" || subs[0].SubType != "Exclusive" || subs[0].Topic != "persistent://public/default/flows" {
 		t.Fatalf("consumers %+v", subs)
-	}
-	if !slices.ContainsFunc(p.Connections(), func(c Connection) bool { return c.ProxiedTo == strings.TrimPrefix(b.ServiceURL(), "pulsar://") }) {
-		t.Fatalf("no connection routed through the proxy to the broker: %+v", p.Connections())
 	}
 }
 
@@ -263,8 +284,15 @@ func TestManyConnectionsConcurrently(t *testing.T) {
 			t.Errorf("%s: recorded %d permits, broker got %d", topic, got, granted)
 		}
 	}
-	if n := len(p.Connections()); n < 2*clients {
-		t.Fatalf("%d connections for %d clients", n, clients)
+	// Each client has its own connection, and the record keeps them apart.
+	seen := map[uint64]string{}
+	for i := range clients {
+		topic := fmt.Sprintf("many-%d", i)
+		subs := p.Consumers(Filter{Topic: topic})
+		if len(subs) != 1 || seen[subs[0].Conn] != "" {
+			t.Fatalf("%s: consumers %+v, connections already seen %v", topic, subs, seen)
+		}
+		seen[subs[0].Conn] = topic
 	}
 }
 

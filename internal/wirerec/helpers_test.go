@@ -20,11 +20,23 @@ import (
 
 const waitFor = 20 * time.Second
 
-// startPair starts a test broker and a recorder in front of it that routes
-// lookups through itself (the broker advertises its own address).
-func startPair(t testing.TB, opts ...pulsartest.Options) (*pulsartest.Broker, *Proxy) {
+// startPair starts a test broker that advertises the address of a recorder
+// in front of it: every byte passes unchanged.
+func startPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
 	t.Helper()
-	b := pulsartest.Start(t, opts...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := pulsartest.Start(t, pulsartest.Options{AdvertisedURL: "pulsar://" + ln.Addr().String()})
+	return b, StartT(t, b.ServiceURL(), Options{Listener: ln})
+}
+
+// startRewritingPair starts a test broker that advertises its own address
+// and a recorder that rewrites lookup answers to stay in the path.
+func startRewritingPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
+	t.Helper()
+	b := pulsartest.Start(t)
 	return b, StartT(t, b.ServiceURL(), Options{RewriteLookups: true})
 }
 
