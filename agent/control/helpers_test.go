@@ -245,3 +245,26 @@ func withDeadline(t *testing.T, what string, d time.Duration, fn func()) time.Du
 		return 0
 	}
 }
+
+// serveOnLoopback serves an agent without consumers through Server.Serve (timeouts and the
+// connection cap apply, unlike with httptest) and returns its address.
+func serveOnLoopback(t *testing.T, opts control.Options) string {
+	t.Helper()
+	a, err := agent.New(agent.Options{Name: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := control.New(a, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l.Addr().String()
+}

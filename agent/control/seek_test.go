@@ -1,0 +1,249 @@
+package control_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+)
+
+func seekRequest(revision int64, state protocol.State, id string, index int64, execute bool) protocol.FlowRequest {
+	return protocol.FlowRequest{UID: "u", Revision: revision, Subscription: "sub", State: state,
+		Seek: &protocol.SeekRequest{ID: id, Index: &index, Execute: execute}}
+}
+
+// A seek slower than any push timeout: the push answers at once with Running, a pause pushed
+// meanwhile applies at once, and the seek completes on its own afterwards.
+func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
+	b := pulsartest.Start(t)
+	gate := newAdminGate(t, b.AdminURL())
+	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
+	produce(t, b, "events", 20)
+	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
+	waitAcked(t, b, "events", 20)
+
+	req := seekRequest(1, protocol.Running, "s1", 5, true)
+	var code int
+	var st protocol.FlowStatus
+	took := withDeadline(t, "a push starting a held seek", 2*time.Second, func() { code, st = putAt(t, pod.addr, "f", req) })
+	if code != http.StatusOK || st.Seek == nil || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("push with a seek: %d %+v, want 200 with the seek Running", code, st.Seek)
+	}
+	t.Logf("push starting a seek answered in %s", took)
+
+	paused := seekRequest(2, protocol.Paused, "s1", 5, true)
+	took = withDeadline(t, "a pause during a seek", 2*time.Second, func() { code, st = putAt(t, pod.addr, "f", paused) })
+	if code != http.StatusOK || st.Consumers[0].State != protocol.Paused || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("pause during the seek: %d %+v", code, st)
+	}
+	t.Logf("pause during a running seek applied in %s", took)
+
+	running := seekRequest(3, protocol.Running, "s1", 5, true)
+	gate.open()
+	st = waitSeek(t, pod.addr, "f", running)
+	if st.Seek.State != protocol.SeekSucceeded || len(st.Seek.Positions) != 1 || st.Seek.Positions[0].Index != 5 {
+		t.Fatalf("seek: %+v", st.Seek)
+	}
+	eventually(t, "messages from index 5 redelivered", func() bool { return len(pod.received()) == 35 })
+	if got := pod.received()[20]; got != "m-5" {
+		t.Fatalf("first message after the seek is %s, want m-5", got)
+	}
+}
+
+// Concurrent executor pushes of one seek id run one seek: the broker sees one cursor reset,
+// the agent counts one seek, and the application gets the replay once.
+func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
+	b := pulsartest.Start(t)
+	gate := newAdminGate(t, b.AdminURL())
+	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
+	produce(t, b, "events", 20)
+	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
+	waitAcked(t, b, "events", 20)
+
+	req := seekRequest(1, protocol.Running, "s1", 5, true)
+	var wg sync.WaitGroup
+	states := make([]protocol.SeekState, 8)
+	for i := range states {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, st := putAt(t, pod.addr, "f", req); code == http.StatusOK && st.Seek != nil {
+				states[i] = st.Seek.State
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range states {
+		if s != protocol.SeekRunning {
+			t.Fatalf("push %d: seek %q, want Running (the seek is held at the admin API)", i, s)
+		}
+	}
+	gate.open()
+	if st := waitSeek(t, pod.addr, "f", req); st.Seek.State != protocol.SeekSucceeded {
+		t.Fatalf("seek: %+v", st.Seek)
+	}
+	if n := gate.requests("/resetcursor"); n != 1 {
+		t.Errorf("the broker saw %d cursor resets, want 1", n)
+	}
+	if n := pod.counter(t, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
+		t.Errorf("the agent ran %v seeks, want 1", n)
+	}
+	eventually(t, "the replay from index 5", func() bool { return len(pod.received()) == 35 })
+	produce(t, b, "events", 1)
+	eventually(t, "one new message", func() bool { return len(pod.received()) == 36 })
+	if got := pod.received()[35]; got != "m-0" {
+		t.Fatalf("after the replay the next message is %s, want the new m-0 (a second seek replayed again)", got)
+	}
+}
+
+// pausedPair starts an executor that consumes and a sibling whose application does not
+// receive, produces n messages, pauses both and returns once the sibling holds messages.
+func pausedPair(t *testing.T, b *pulsartest.Broker, n int) (executor, sibling *testPod, held int64) {
+	t.Helper()
+	executor = startTestPod(t, b, "pod-a", "events", b.AdminURL(), true, control.Options{})
+	sibling = startTestPod(t, b, "pod-b", "events", b.AdminURL(), false, control.Options{})
+	produce(t, b, "events", n)
+	eventually(t, "every message dispatched, some to the sibling", func() bool {
+		var total, toExecutor, toSibling int64
+		for _, c := range b.Subscription("events", "sub").Consumers {
+			total += c.Dispatched
+			switch c.Name {
+			case "pod-a":
+				toExecutor += c.Dispatched
+			case "pod-b":
+				toSibling += c.Dispatched
+			}
+		}
+		return total == int64(n) && toSibling > 0 && int64(len(executor.received())) == toExecutor
+	})
+	pause := protocol.FlowRequest{UID: "u", Revision: 1, Subscription: "sub", State: protocol.Paused}
+	for _, p := range []*testPod{executor, sibling} {
+		if code, st := putAt(t, p.addr, "f", pause); code != http.StatusOK || st.Consumers[0].State != protocol.Paused {
+			t.Fatalf("pause: %d %+v", code, st)
+		}
+	}
+	held = sibling.consumer.Status().HeldMessages
+	if held == 0 {
+		t.Fatalf("the paused sibling holds no message; the test needs some")
+	}
+	return executor, sibling, held
+}
+
+// A failed seek drops, reorders and strands nothing: the sibling that was told of the seek
+// keeps what it holds and delivers it, in order, when resumed.
+func TestFailedSeekDropsNothing(t *testing.T) {
+	b := pulsartest.Start(t, pulsartest.Options{DisableIndexMetadata: true})
+	executor, sibling, held := pausedPair(t, b, 40)
+
+	announce := seekRequest(2, protocol.Paused, "s1", 0, false)
+	if code, st := putAt(t, sibling.addr, "f", announce); code != http.StatusOK || st.Seek.State != protocol.SeekObserved {
+		t.Fatalf("announcement: %d %+v", code, st.Seek)
+	}
+	if got := sibling.consumer.Status().HeldMessages; got != held {
+		t.Fatalf("announcing a seek changed the sibling's held messages from %d to %d", held, got)
+	}
+	execute := seekRequest(2, protocol.Paused, "s1", 0, true)
+	putAt(t, executor.addr, "f", execute)
+	st := waitSeek(t, executor.addr, "f", execute)
+	if st.Seek.State != protocol.SeekFailed || st.Seek.Reason != "IndexMetadataDisabled" {
+		t.Fatalf("seek on a broker without index metadata: %+v", st.Seek)
+	}
+	if got := sibling.consumer.Status().HeldMessages; got != held {
+		t.Fatalf("a failed seek changed the sibling's held messages from %d to %d", held, got)
+	}
+
+	resume := protocol.FlowRequest{UID: "u", Revision: 3, Subscription: "sub", State: protocol.Running}
+	for _, p := range []*testPod{executor, sibling} {
+		putAt(t, p.addr, "f", resume)
+	}
+	sibling.startReceiving()
+	eventually(t, "all 40 messages delivered", func() bool { return len(executor.received())+len(sibling.received()) >= 40 })
+	all := append(executor.received(), sibling.received()...)
+	for i := 0; i < 40; i++ {
+		if !slices.Contains(all, fmt.Sprintf("m-%d", i)) {
+			t.Fatalf("m-%d never reached the application (dropped or stranded): %v", i, all)
+		}
+	}
+	if got := sibling.received(); !ascending(got) {
+		t.Fatalf("the sibling delivered out of order: %v", got)
+	}
+}
+
+// A sibling drops what it held from before the announcement only when told the seek
+// succeeded; what the broker then redelivers from the new cursor reaches the application.
+func TestSiblingDropsHeldMessagesOnlyAfterSuccess(t *testing.T) {
+	b := pulsartest.Start(t)
+	executor, sibling, held := pausedPair(t, b, 40)
+	waitAcked(t, b, "events", int64(len(executor.received())))
+
+	announce := seekRequest(2, protocol.Paused, "s1", 0, false)
+	putAt(t, sibling.addr, "f", announce)
+	if got := sibling.consumer.Status().HeldMessages; got != held {
+		t.Fatalf("announcing a seek changed the sibling's held messages from %d to %d", held, got)
+	}
+	execute := seekRequest(2, protocol.Paused, "s1", 0, true)
+	putAt(t, executor.addr, "f", execute)
+	if st := waitSeek(t, executor.addr, "f", execute); st.Seek.State != protocol.SeekSucceeded {
+		t.Fatalf("seek: %+v", st.Seek)
+	}
+	// Told again without success: still nothing dropped.
+	putAt(t, sibling.addr, "f", announce)
+	if got := sibling.consumer.Status().HeldMessages; got != held {
+		t.Fatalf("a repeated announcement changed the sibling's held messages from %d to %d", held, got)
+	}
+	succeeded := announce
+	succeeded.Revision = 3
+	succeeded.Seek = &protocol.SeekRequest{ID: "s1", Index: announce.Seek.Index, Succeeded: true}
+	code, st := putAt(t, sibling.addr, "f", succeeded)
+	if code != http.StatusOK || st.Seek.State != protocol.SeekObserved {
+		t.Fatalf("success notice: %d %+v", code, st.Seek)
+	}
+	if got := sibling.consumer.Status().HeldMessages; got != 0 {
+		t.Fatalf("after the success notice the sibling still holds %d messages from before the seek", got)
+	}
+	// The executor told Succeeded runs nothing again.
+	doneExec := execute
+	doneExec.Revision = 3
+	doneExec.Seek = &protocol.SeekRequest{ID: "s1", Index: announce.Seek.Index, Execute: true, Succeeded: true}
+	if _, st := putAt(t, executor.addr, "f", doneExec); st.Seek.State != protocol.SeekSucceeded {
+		t.Fatalf("executor told of its success: %+v", st.Seek)
+	}
+	if n := executor.counter(t, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
+		t.Fatalf("the executor ran %v seeks, want 1", n)
+	}
+
+	resume := protocol.FlowRequest{UID: "u", Revision: 4, Subscription: "sub", State: protocol.Running}
+	for _, p := range []*testPod{executor, sibling} {
+		putAt(t, p.addr, "f", resume)
+	}
+	sibling.startReceiving()
+	eventually(t, "the replay from index 0 to reach the application", func() bool {
+		all := append(executor.received(), sibling.received()...)
+		for i := 0; i < 40; i++ {
+			if !slices.Contains(all, fmt.Sprintf("m-%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func ascending(payloads []string) bool {
+	last := -1
+	for _, p := range payloads {
+		n, err := strconv.Atoi(strings.TrimPrefix(p, "m-"))
+		if err != nil || n <= last {
+			return false
+		}
+		last = n
+	}
+	return true
+}
