@@ -28,6 +28,13 @@ func (s *subscription) dispatch() {
 // take is one cursor read of up to n entries: the replay queue when it holds
 // any (a replay read), else entries never dispatched when normal is true.
 func (s *subscription) take(n int, normal bool) []int {
+	if out := s.takeReplay(n); len(out) > 0 || !normal {
+		return out
+	}
+	return s.takeNormal(n)
+}
+
+func (s *subscription) takeReplay(n int) []int {
 	var out []int
 	for len(s.replay) > 0 && len(out) < n {
 		off := s.replay[0]
@@ -36,9 +43,11 @@ func (s *subscription) take(n int, normal bool) []int {
 			out = append(out, off)
 		}
 	}
-	if len(out) > 0 || !normal {
-		return out
-	}
+	return out
+}
+
+func (s *subscription) takeNormal(n int) []int {
+	var out []int
 	for s.readPos < len(s.t.entries) && len(out) < n {
 		off := s.readPos
 		s.readPos++
@@ -191,14 +200,14 @@ func (s *subscription) lookAheadLimit() int {
 func (s *subscription) dispatchKeyShared() {
 	for s.firstAvailablePermits() > 0 {
 		n := min(int(max(s.totalPermits, s.firstAvailablePermits())), s.opts().ReadBatchSize)
-		if len(s.replay) > 0 && s.sendKeyShared(s.take(len(s.replay), false), true) > 0 {
+		if len(s.replay) > 0 && s.sendKeyShared(s.takeReplay(len(s.replay)), true) > 0 {
 			continue
 		}
 		if s.blocked || len(s.replay) >= s.lookAheadLimit() {
 			return
 		}
 		before := s.readPos
-		s.sendKeyShared(s.take(n, true), false)
+		s.sendKeyShared(s.takeNormal(n), false)
 		if s.readPos == before {
 			return
 		}

@@ -3,6 +3,7 @@ package pulsartest
 import (
 	"bufio"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"net"
 	"strings"
@@ -91,7 +92,7 @@ func (rc *rawClient) subscribe(topic, sub string, kind pb.CommandSubscribe_SubTy
 	rc.t.Helper()
 	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
 		Topic: ptr(topic), Subscription: ptr(sub), SubType: kind.Enum(), ConsumerId: ptr(consumerID),
-		RequestId: ptr(consumerID + 1000), ConsumerName: ptr("raw"), InitialPosition: pb.CommandSubscribe_Earliest.Enum(),
+		RequestId: ptr(consumerID + 1000), ConsumerName: ptr(fmt.Sprintf("raw-%d", consumerID)), InitialPosition: pb.CommandSubscribe_Earliest.Enum(),
 	}})
 	rc.await("subscribed", func(c *pb.BaseCommand) bool { return c.GetSuccess().GetRequestId() == consumerID+1000 })
 }

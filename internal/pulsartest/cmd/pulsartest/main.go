@@ -17,6 +17,13 @@ func main() {
 	flag.IntVar(&opts.EntriesPerLedger, "entries-per-ledger", 0, "entries per ledger before rollover (0: default)")
 	flag.BoolVar(&opts.DisableIndexMetadata, "disable-index-metadata", false, "model a broker without broker-entry index metadata")
 	flag.BoolVar(&opts.DisableIndexLookup, "disable-index-lookup", false, "model a broker without getMessageIdByIndex (before PIP-415)")
+	flag.IntVar(&opts.ReadBatchSize, "read-batch-size", 0, "dispatcherMaxReadBatchSize in entries (0: 100)")
+	flag.BoolVar(&opts.PreciseDispatcherFlowControl, "precise-dispatcher-flow-control", false, "preciseDispatcherFlowControl")
+	flag.IntVar(&opts.MaxUnackedPerConsumer, "max-unacked-per-consumer", 0, "maxUnackedMessagesPerConsumer (0: 50000, negative: unlimited)")
+	flag.IntVar(&opts.MaxUnackedPerSubscription, "max-unacked-per-subscription", 0, "maxUnackedMessagesPerSubscription (0: 200000, negative: unlimited)")
+	flag.BoolVar(&opts.Deduplication, "deduplication", false, "brokerDeduplicationEnabled")
+	flag.DurationVar(&opts.ActiveConsumerFailoverDelay, "failover-delay", 0, "activeConsumerFailoverDelayTimeMillis (0: 1s, negative: none)")
+	flag.StringVar(&opts.AdvertisedURL, "advertised-url", "", "service URL that lookups answer (default: the broker's own)")
 	flag.Parse()
 
 	b, err := pulsartest.New(opts)
