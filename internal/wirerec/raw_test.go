@@ -323,3 +323,57 @@ func waitClosed(t testing.TB, p *Proxy) Connection {
 	})
 	return p.Connections()[0]
 }
+
+// A broker that is gone: the client's connection is closed at once, and the
+// recorder says why.
+func TestUnreachableBrokerClosesTheClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	_ = ln.Close()
+	p, err := Start("pulsar://" + gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	client := dial(t, p.Addr())
+	writeAll(t, client, connectFrame(t))
+	expectEOF(t, client)
+	waitClosed(t, p)
+	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "dial broker "+gone) {
+		t.Fatalf("Check() = %v", err)
+	}
+}
+
+func TestStartRejectsBadUpstreams(t *testing.T) {
+	for _, upstream := range []string{"", "no-port", "pulsar+ssl://broker:6651", "http://broker:8080", "pulsar://%zz"} {
+		if p, err := Start(upstream); err == nil {
+			_ = p.Close()
+			t.Errorf("Start(%q) accepted", upstream)
+		}
+	}
+}
+
+// A full record stops growing and says so; traffic still flows.
+func TestFullRecordIsReported(t *testing.T) {
+	f := startFakeBroker(t)
+	p, err := Start(f.ln.Addr().String(), Options{MaxEvents: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	client := dial(t, p.Addr())
+	sent := slices3(connectFrame(t), flowFrame(t, 1, 1), flowFrame(t, 1, 2), flowFrame(t, 1, 3))
+	writeAll(t, client, sent)
+	if got := readExactly(t, f.accept(t), len(sent)); !bytes.Equal(got, sent) {
+		t.Fatal("frames altered")
+	}
+	if n := len(p.Events(Filter{})); n != 2 {
+		t.Fatalf("kept %d events, want 2", n)
+	}
+	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "2 events not kept") {
+		t.Fatalf("Check() = %v", err)
+	}
+}
