@@ -34,7 +34,11 @@
 // broker in CONNECT.proxy_to_broker_url (connection.go), the mechanism a
 // Pulsar proxy uses; the proxy dials that broker. Those lookup answers are
 // the only bytes ever changed; the CONNECT is forwarded as sent, field
-// included. This also follows redirects between several brokers.
+// included (a broker does not read it: the Java broker's
+// ServerCnx.handleConnect reads features, proxy version and authentication;
+// pulsartest ignores it). This needs no broker setting, so it suits a real
+// Pulsar that advertises itself, and it follows redirects between several
+// brokers.
 //
 // CONNECTED names no broker. A CLOSE_CONSUMER may name the broker to
 // reconnect to (assignedBrokerServiceUrl, PIP-307): the client goes there
@@ -76,7 +80,9 @@
 // Frames are forwarded in order, as they came, and written as soon as the
 // sender has nothing more buffered, so batching on the wire is kept and
 // latency is one local hop. A frame cut short by a closing peer is passed on
-// as far as it came. A stream that stops looking like Pulsar framing (a
+// as far as it came. A connection whose first frame is not whole is closed
+// without dialing a broker (a broker would expect a CONNECT there too). A
+// stream that later stops looking like Pulsar framing (a
 // length below 4 or above 64 MiB) is forwarded undecoded from there on. When
 // either side ends, both connections are closed. Check reports undecodable
 // frames and truncated streams.

@@ -68,7 +68,8 @@ type Event struct {
 	Size int // bytes on the wire, length prefix included
 
 	// Consumer is the subscription the command is about, as known when the
-	// frame passed: set for the commands that carry a consumer id.
+	// frame passed: set for the commands that carry a consumer id. It is
+	// shared by the events of that subscription: read it, do not change it.
 	Consumer *Consumer
 
 	Permits         uint32    // FLOW
