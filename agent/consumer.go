@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -43,7 +44,9 @@ type Consumer struct {
 
 	pumpOnce sync.Once
 	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
-	pumping  bool                        // guarded by mu
+	pumping  atomic.Bool                 // Chan() was called
+	live     atomic.Pointer[liveInner]   // inner, for calls that need no gate state
+	ended    atomic.Bool                 // closed, likewise
 
 	mu       sync.Mutex
 	takersGo *sync.Cond // signalled when takers drops to zero
@@ -66,7 +69,6 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		transitions: make(chan struct{}, 1),
 		out:         make(chan pulsar.ConsumerMessage),
 	}
-	c.ready = make(chan pulsar.ConsumerMessage, readyCapacity)
 	c.takersGo = sync.NewCond(&c.mu)
 	c.changed = make(chan struct{})
 	c.state = protocol.Stopped
@@ -105,17 +107,35 @@ func (c *Consumer) lock(ctx context.Context) error {
 
 func (c *Consumer) unlock() { <-c.transitions }
 
-// current returns the underlying consumer, or an error when there is none.
+// current returns the underlying consumer, or an error when there is none. It reads without
+// c.mu: acks go through it once per message.
 func (c *Consumer) current() (pulsar.Consumer, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
+	if c.ended.Load() {
 		return nil, ErrConsumerClosed
-	case c.inner == nil:
-		return nil, ErrConsumerStopped
 	}
-	return c.inner, nil
+	if l := c.live.Load(); l != nil {
+		return l.Consumer, nil
+	}
+	return nil, ErrConsumerStopped
+}
+
+// liveInner wraps the underlying consumer for atomic publication.
+type liveInner struct{ pulsar.Consumer }
+
+// setInnerLocked replaces the underlying consumer and its channel.
+func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.ConsumerMessage) {
+	c.inner, c.src = inner, src
+	if inner == nil {
+		c.live.Store(nil)
+		return
+	}
+	c.live.Store(&liveInner{inner})
+}
+
+// endLocked marks the consumer closed for good.
+func (c *Consumer) endLocked() {
+	c.closed = true
+	c.ended.Store(true)
 }
 
 // Status reports the observed state of the consumer.
@@ -128,7 +148,7 @@ func (c *Consumer) Status() protocol.ConsumerStatus {
 		Name:                c.opts.Name,
 		State:               c.state,
 		Since:               c.since,
-		HeldMessages:        int64(len(c.held)),
+		HeldMessages:        int64(c.heldCountLocked()),
 		ReceivedWhilePaused: c.receivedWhilePaused,
 		Connected:           c.inner != nil,
 	}
@@ -279,7 +299,7 @@ func (c *Consumer) finish(why string) {
 		return
 	}
 	c.closeGateLocked()
-	c.closed = true
+	c.endLocked()
 	c.signalLocked()
 	c.mu.Unlock()
 	c.closeInner()
@@ -292,7 +312,7 @@ func (c *Consumer) finish(why string) {
 // discard releases a consumer whose first subscribe failed.
 func (c *Consumer) discard() {
 	c.mu.Lock()
-	c.closed = true
+	c.endLocked()
 	c.signalLocked()
 	c.mu.Unlock()
 	c.metrics.delete()

@@ -13,24 +13,29 @@ import (
 // The gate decides whether a message taken from the client may reach the application.
 //
 // pulsar-client-go returns a flow permit to the broker each time its dispatcher pushes a
-// message into the consumer's MessageChannel (src, unbuffered, owned by the gate). So whoever
-// takes from src decides whether permits flow. The gate's phases, and who may take:
+// message into the consumer's MessageChannel (src, owned by the gate, channelCapacity slots,
+// as the client's own default). So whether permits flow depends on whether src has room.
+// The gate's phases, and who may take from src:
 //
-//	gateOpen     the feeder takes from src into ready (the gate's own queue, readyCapacity
-//	             messages, so the client is never kept waiting on a slow handoff); takers
-//	             (Receive, the Chan pump) take from held first, then from ready, and hand over.
-//	gateClosing  closeGateLocked runs: the feeder is told to stop and takers to put back what
-//	             they have in hand; closeGateLocked waits for both.
-//	gateClosed   nobody takes from src or ready. What ready held, the feeder's last message and
-//	             whatever takers had in hand are in held, in order, and are delivered first once
-//	             the gate opens again. One exception: a zero-queue fetch already granted its
-//	             single permit before the gate closed; its message is held when it comes.
+//	gateOpen     takers (Receive, the Chan pump) take from held first, then from src, and hand
+//	             over; the client's dispatcher fills src as the raw client's would.
+//	gateClosing  closeGateLocked runs: takers are told to put back what they have in hand
+//	             (front of held), and it waits for them; then it plugs src: it fills every free
+//	             slot with a placeholder, so that the dispatcher cannot push any more.
+//	gateClosed   nobody takes from src; it is full (the messages the client pushed before the
+//	             plug, then placeholders), so no permit is returned. openGateLocked unplugs it:
+//	             it takes exactly channelCapacity items, holding the messages in order and
+//	             dropping the placeholders, before takers may take again.
 //
-// Invariant: once closeGateLocked returns, no message is handed to the application, and
-// nothing more is taken from src (hence no new permit) until openGateLocked.
+// Invariant: once closeGateLocked returns, no message is handed to the application, and the
+// client can push nothing into src (hence return no permit) until openGateLocked.
 //
-// openGateLocked and closeGateLocked are the only code that changes the phase; both run with
-// Consumer.mu held.
+// A zero-queue consumer differs: src is unbuffered and never plugged, because the client's own
+// Receive reads it (see zeroqueue.go); its fetch in flight is the only taker, and its message
+// is held when the gate is closed.
+//
+// openGateLocked, closeGateLocked and plugLocked are the only code that changes the phase or
+// the plug; all run with Consumer.mu held.
 type gatePhase int
 
 const (
@@ -39,22 +44,24 @@ const (
 	gateClosing
 )
 
-// readyCapacity bounds the gate's own queue. With the feeder's message in hand it equals the
-// client's default MessageChannel capacity (10), so the agent buffers no more than the raw
-// client does.
-const readyCapacity = 9
+// channelCapacity is the size of the client's MessageChannel, the client's own default: a
+// closed gate holds at most this many messages from before the pause.
+const channelCapacity = 10
 
-// gate is the state the message path reads; guarded by Consumer.mu unless noted.
+// gate is the state the message path reads; guarded by Consumer.mu.
 type gate struct {
 	inner   pulsar.Consumer
-	src     chan pulsar.ConsumerMessage // the client's MessageChannel, unbuffered
-	phase   gatePhase
-	changed chan struct{} // closed and replaced whenever the phase changes
-	// ready is filled by the feeder while open; takers read it without the lock.
-	ready  chan pulsar.ConsumerMessage
-	feeder *feeder // running while open (not for zero-queue consumers)
-	// takers counts goroutines that may take from held or ready, or hold a message in hand;
-	// closing waits for it to drop to zero.
+	src     chan pulsar.ConsumerMessage // the client's MessageChannel
+	plugged bool                        // src is full and only the gate reads it
+	// pluggedReal counts the messages (not placeholders) in the plugged src, pushed before
+	// pluggedAt; dropPlugged means unplugging discards them (a seek made them stale).
+	pluggedReal int
+	pluggedAt   time.Time
+	dropPlugged bool
+	phase       gatePhase
+	changed     chan struct{} // closed and replaced whenever the phase changes
+	// takers counts goroutines that may take from src or hold a message in hand; closing
+	// waits for it to drop to zero.
 	takers int
 	held   []heldMessage
 	fetch  *zeroQueueFetch // the zero-queue Receive in flight, at most one
@@ -62,14 +69,18 @@ type gate struct {
 
 	closed bool // Close or Unsubscribe ended the consumer for good
 
+	// The fast take (takeFast) reads these without c.mu; see syncFastLocked.
+	fast        atomic.Bool
+	fastTakers  atomic.Int64
+	fastSrc     chan pulsar.ConsumerMessage
+	fastClosing chan struct{} // closed when fast is cleared
+
 	state               protocol.State
 	since               time.Time
 	receivedWhilePaused int64
 
 	nacks  []deferredNack   // nacks made while closed, issued when the gate opens
 	handed redeliveryFilter // messages held while closed, to drop their redelivered copies
-	// arrivalChecks is len(skips) > 0 || !handed.empty(): when false the feeder skips the lock.
-	arrivalChecks atomic.Bool
 }
 
 // heldMessage is a message taken from the client while the gate closed.
@@ -84,115 +95,104 @@ type skipFilter struct {
 	batch         int32 // messages with a lower batch index are acked and skipped
 }
 
-// feeder moves messages from the client's channel to the gate's queue while the gate is open.
-type feeder struct {
-	stop chan struct{} // closed by closeGateLocked
-	done chan struct{} // closed when the feeder takes nothing more
-	// last is the message the feeder had taken when told to stop; written before done closes.
-	last *pulsar.ConsumerMessage
+// newSource makes the client's MessageChannel for a new subscribe, plugged unless the gate
+// is open, so that a consumer subscribing while paused cannot return a single permit.
+func (c *Consumer) newSourceLocked() chan pulsar.ConsumerMessage {
+	if c.zeroQueue {
+		return make(chan pulsar.ConsumerMessage)
+	}
+	src := make(chan pulsar.ConsumerMessage, channelCapacity)
+	if c.phase != gateOpen {
+		for range channelCapacity {
+			src <- pulsar.ConsumerMessage{}
+		}
+	}
+	return src
 }
 
-// openGateLocked lets messages reach the application and starts the feeder.
+// openGateLocked unplugs src and lets messages reach the application.
 func (c *Consumer) openGateLocked() {
 	if c.phase == gateOpen || c.closed || c.inner == nil {
 		return
 	}
+	c.unplugLocked()
 	c.phase = gateOpen
-	if !c.zeroQueue {
-		f := &feeder{stop: make(chan struct{}), done: make(chan struct{})}
-		c.feeder = f
-		go c.feed(f, c.src, c.inner)
-	}
+	c.syncFastLocked()
 	c.signalLocked()
 }
 
-// closeGateLocked closes the gate and returns only when nothing can be handed over or taken
-// from the client any more: the feeder stopped, every taker delivered before this call or put
-// its message back, and the gate's queue moved to held.
+// closeGateLocked closes the gate and returns only when nothing can be handed over or pushed
+// by the client any more: every taker delivered before this call or put its message back, and
+// src is plugged.
 func (c *Consumer) closeGateLocked() {
-	if c.phase != gateOpen {
+	if c.phase == gateOpen {
+		c.phase = gateClosing
+		c.syncFastLocked()
+		c.signalLocked()
+		for c.takers > 0 || c.fastTakers.Load() > 0 {
+			c.takersGo.Wait()
+		}
+		c.phase = gateClosed
+	}
+	c.plugLocked()
+}
+
+// plugLocked fills src's free slots with placeholders (zero ConsumerMessages, which the client
+// never sends). Nobody else takes from src now, so a failed send means src is full.
+func (c *Consumer) plugLocked() {
+	if c.plugged || c.src == nil || c.zeroQueue {
 		return
 	}
-	c.phase = gateClosing
-	c.signalLocked()
-	f := c.feeder
-	if f != nil {
-		close(f.stop)
-		c.mu.Unlock() // the feeder may need c.mu to finish its message
-		<-f.done
-		c.mu.Lock()
-		c.feeder = nil
-	}
-	for c.takers > 0 {
-		c.takersGo.Wait()
-	}
-	for {
+	placeholders := 0
+	for full := false; !full; {
 		select {
-		case cm := <-c.ready:
-			c.holdLocked(cm, false)
-			continue
+		case c.src <- pulsar.ConsumerMessage{}:
+			placeholders++
 		default:
+			full = true
 		}
-		break
 	}
-	if f != nil && f.last != nil {
-		c.holdLocked(*f.last, false) // the newest message: after what the queue held
-	}
-	c.phase = gateClosed
+	c.plugged = true
+	c.pluggedReal, c.pluggedAt, c.dropPlugged = cap(c.src)-placeholders, time.Now(), false
+	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
 
-// feed runs while the gate is open: it takes from the client's channel into the gate's queue
-// and stops taking as soon as it is told to.
-func (c *Consumer) feed(f *feeder, src <-chan pulsar.ConsumerMessage, inner pulsar.Consumer) {
-	defer close(f.done)
-	for {
-		select {
-		case <-f.stop:
-			return
-		default:
-		}
-		var cm pulsar.ConsumerMessage
-		select {
-		case <-f.stop:
-			return
-		case m, ok := <-src:
-			if !ok {
-				return
-			}
-			cm = m
-		}
-		if c.dropOnArrival(cm, inner) {
-			continue
-		}
-		select {
-		case c.ready <- cm:
-		case <-f.stop:
-			f.last = &cm
-			return
+// unplugLocked takes back what the plugged src holds: the messages the client pushed before the
+// plug are held in order (new pushes land behind them), the placeholders are dropped.
+func (c *Consumer) unplugLocked() {
+	if !c.plugged {
+		return
+	}
+	for range cap(c.src) {
+		if cm := <-c.src; cm.Message != nil && !c.dropPlugged {
+			c.holdLocked(cm, false)
 		}
 	}
+	c.plugged, c.pluggedReal, c.dropPlugged = false, 0, false
+	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
+
+// heldCountLocked counts the messages taken from the client that wait for the gate to open.
+func (c *Consumer) heldCountLocked() int { return len(c.held) + c.pluggedReal }
 
 // dropOnArrival reports whether a message just taken from the client never reaches the
 // application: it lies before a seek target inside the target's batch entry (acked), or it
 // is the broker's second copy of a message the gate held and already handed over.
-func (c *Consumer) dropOnArrival(cm pulsar.ConsumerMessage, inner pulsar.Consumer) bool {
-	if !c.arrivalChecks.Load() {
+func (c *Consumer) dropOnArrivalLocked(cm pulsar.ConsumerMessage) bool {
+	if len(c.skips) == 0 && c.handed.empty() {
 		return false
 	}
 	id := cm.Message.ID()
-	c.mu.Lock()
-	skip := c.skipLocked(id)
-	dup := !skip && c.handed.seenAgain(id)
-	c.syncArrivalChecksLocked()
-	c.mu.Unlock()
-	if skip {
-		_ = inner.AckID(id)
+	if c.skipLocked(id) {
+		_ = c.inner.AckID(id)
+		return true
 	}
+	dup := c.handed.seenAgain(id)
 	if dup {
 		c.metrics.duplicatesDropped.Inc()
 	}
-	return skip || dup
+	c.syncFastLocked()
+	return dup
 }
 
 // lockOpen waits until the gate is open and returns with c.mu held, along with the channel
@@ -220,6 +220,9 @@ func (c *Consumer) lockOpen(ctx context.Context) (<-chan struct{}, error) {
 // next blocks until a message may reach the application and returns it.
 func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 	for {
+		if cm, ok, err := c.takeFast(ctx); ok || err != nil {
+			return cm, err
+		}
 		changed, err := c.lockOpen(ctx)
 		if err != nil {
 			return pulsar.ConsumerMessage{}, err
@@ -228,10 +231,15 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 			c.mu.Unlock()
 			return cm, nil
 		}
+		if c.fast.Load() {
+			c.mu.Unlock()
+			continue
+		}
+		src := c.src
 		c.takers++
 		c.mu.Unlock()
 		select {
-		case cm := <-c.ready:
+		case cm := <-src:
 			if c.handOver(cm) {
 				cm.Consumer = c
 				return cm, nil
@@ -245,17 +253,86 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 	}
 }
 
-// handOver ends a take: true when the gate is still open, otherwise the message goes back to
-// the front of held (it is older than anything the gate's queue still has).
+// takeFast is the take without c.mu, for the common case: the gate open, nothing held, no
+// seek filter or redelivery filter to apply. It announces itself in fastTakers, then re-checks
+// fast; closeGateLocked clears fast, then waits for fastTakers to reach zero (sequentially
+// consistent atomics: either the closer sees the taker, or the taker sees fast cleared). ok is
+// false when the slow path must decide.
+func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok bool, err error) {
+	if !c.fast.Load() {
+		return cm, false, nil
+	}
+	c.fastTakers.Add(1)
+	defer c.leaveFast()
+	if !c.fast.Load() {
+		return cm, false, nil
+	}
+	// Written before fast was set and not again until every fast taker has left.
+	src, closing := c.fastSrc, c.fastClosing
+	select {
+	case cm = <-src:
+	case <-closing:
+		return cm, false, nil
+	case <-ctx.Done():
+		return cm, false, ctx.Err()
+	}
+	if c.fast.Load() {
+		cm.Consumer = c
+		return cm, true, nil
+	}
+	c.mu.Lock()
+	c.holdLocked(cm, true) // the gate is closing: back to the front of held
+	c.mu.Unlock()
+	return cm, false, nil
+}
+
+func (c *Consumer) leaveFast() {
+	if c.fastTakers.Add(-1) == 0 && !c.fast.Load() {
+		c.mu.Lock()
+		c.takersGo.Broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// syncFastLocked allows the fast take exactly when it is safe: the gate open, nothing held,
+// no filter. While the gate is open this can only become true (held, skips and the filter only
+// shrink); it becomes false in closeGateLocked, which then waits for fast takers.
+func (c *Consumer) syncFastLocked() {
+	want := c.phase == gateOpen && !c.zeroQueue && c.src != nil && len(c.held) == 0 &&
+		len(c.skips) == 0 && c.handed.empty()
+	switch {
+	case want && !c.fast.Load():
+		c.fastSrc, c.fastClosing = c.src, make(chan struct{})
+		c.fast.Store(true)
+	case !want && c.fast.Load():
+		c.fast.Store(false)
+		close(c.fastClosing)
+	}
+}
+
+// handOver ends a take from src: true when the message may go to the application, false when
+// a seek skips it or it is a redelivered copy, or when the gate closed meanwhile (then it goes
+// back to the front of held: it is older than anything src still has).
 func (c *Consumer) handOver(cm pulsar.ConsumerMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leaveLocked()
+	if c.dropOnArrivalLocked(cm) {
+		return false
+	}
 	if c.phase == gateOpen {
 		return true
 	}
+	c.countReceivedWhilePausedLocked()
 	c.holdLocked(cm, true)
 	return false
+}
+
+// countReceivedWhilePausedLocked counts a message the gate took from the client while closing
+// or closed.
+func (c *Consumer) countReceivedWhilePausedLocked() {
+	c.receivedWhilePaused++
+	c.metrics.receivedWhilePaused.Inc()
 }
 
 func (c *Consumer) leave() {
@@ -272,18 +349,24 @@ func (c *Consumer) leaveLocked() {
 }
 
 // pump feeds Chan(): it takes a message when the gate is open and offers it to the
-// application until the gate changes, in which case it holds the message again.
+// application until taken or the gate closes, in which case it holds the message again.
 func (c *Consumer) pump() {
 	for {
 		cm, err := c.next(context.Background())
 		if err != nil {
 			return
 		}
+		c.offer(cm)
+	}
+}
+
+func (c *Consumer) offer(cm pulsar.ConsumerMessage) {
+	for {
 		c.mu.Lock()
 		if c.phase != gateOpen {
-			c.holdLocked(cm, true)
+			c.holdLocked(cm, true) // offered again, first, once the gate is open
 			c.mu.Unlock()
-			continue
+			return
 		}
 		changed := c.changed
 		c.takers++
@@ -291,11 +374,9 @@ func (c *Consumer) pump() {
 		select {
 		case c.out <- cm:
 			c.leave()
+			return
 		case <-changed:
-			c.mu.Lock()
-			c.leaveLocked()
-			c.holdLocked(cm, true) // offered again, first, once the gate is open
-			c.mu.Unlock()
+			c.leave()
 		}
 	}
 }
@@ -304,10 +385,8 @@ func (c *Consumer) pump() {
 // message a taker had in hand is older than any the gate's queue still has).
 func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
 	if c.phase != gateOpen {
-		c.receivedWhilePaused++
-		c.metrics.receivedWhilePaused.Inc()
+		// Held across a pause: if the consumer reconnects meanwhile, the broker sends it again.
 		c.handed.remember(cm.Message.ID())
-		c.syncArrivalChecksLocked()
 	}
 	h := heldMessage{cm: cm, at: time.Now()}
 	if front {
@@ -315,7 +394,7 @@ func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
 	} else {
 		c.held = append(c.held, h)
 	}
-	c.metrics.held.Set(float64(len(c.held)))
+	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
 
 // popHeldLocked takes the oldest held message.
@@ -326,7 +405,8 @@ func (c *Consumer) popHeldLocked() (pulsar.ConsumerMessage, bool) {
 	cm := c.held[0].cm
 	c.held[0] = heldMessage{}
 	c.held = c.held[1:]
-	c.metrics.held.Set(float64(len(c.held)))
+	c.metrics.held.Set(float64(c.heldCountLocked()))
+	c.syncFastLocked()
 	cm.Consumer = c
 	return cm, true
 }
@@ -345,7 +425,11 @@ func (c *Consumer) dropHeldLocked(before time.Time) int {
 	}
 	clear(c.held[len(kept):])
 	c.held = kept
-	c.metrics.held.Set(float64(len(c.held)))
+	if c.plugged && c.pluggedReal > 0 && (before.IsZero() || !c.pluggedAt.After(before)) {
+		dropped += c.pluggedReal
+		c.pluggedReal, c.dropPlugged = 0, true
+	}
+	c.metrics.held.Set(float64(c.heldCountLocked()))
 	return dropped
 }
 
@@ -357,7 +441,7 @@ func (c *Consumer) DropHeld(before time.Time) int {
 	defer c.mu.Unlock()
 	n := c.dropHeldLocked(before)
 	c.handed.forget() // the cursor moved: copies from the broker are no longer duplicates
-	c.syncArrivalChecksLocked()
+	c.syncFastLocked()
 	if n > 0 {
 		c.log.Info("Held messages dropped", "dropped", n)
 	}
@@ -385,9 +469,4 @@ func (c *Consumer) skipLocked(id pulsar.MessageID) bool {
 func (c *Consumer) signalLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
-}
-
-// syncArrivalChecksLocked tells the feeder whether arriving messages need a look.
-func (c *Consumer) syncArrivalChecksLocked() {
-	c.arrivalChecks.Store(len(c.skips) > 0 || !c.handed.empty())
 }

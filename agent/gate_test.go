@@ -24,11 +24,38 @@ func TestSubscribeRefusesApplicationMessageChannel(t *testing.T) {
 	}
 }
 
-func TestGateOwnsUnbufferedChannel(t *testing.T) {
+// The gate gives the client its own channel, of the client's default size, and a consumer
+// that subscribes while paused gets it full: the client cannot push (return a permit) at all.
+func TestGateOwnsChannelPluggedWhilePaused(t *testing.T) {
 	fc := &fakeClient{}
-	subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
-	if ch := fc.last().ch; ch == nil || cap(ch) != 0 {
-		t.Fatalf("client got channel %v with capacity %d, want an unbuffered one", ch, cap(ch))
+	a := newTestAgent(t, Options{StartGated: true, SyncTimeout: time.Hour})
+	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+	if ch := inner.ch; ch == nil || cap(ch) != channelCapacity {
+		t.Fatalf("client got channel %v with capacity %d, want %d", ch, cap(ch), channelCapacity)
+	}
+	if inner.tryPush(1) {
+		t.Fatal("the client pushed into the channel of a consumer subscribed while paused")
+	}
+	a.MarkSynced()
+	for i := range int64(channelCapacity) {
+		if !inner.tryPush(i) {
+			t.Fatalf("push %d refused while running", i)
+		}
+	}
+	c.Pause()
+	if st := c.Status(); st.HeldMessages != channelCapacity {
+		t.Fatalf("held %d after Pause, want the %d pushed before it", st.HeldMessages, channelCapacity)
+	}
+	if inner.tryPush(99) {
+		t.Fatal("the client pushed into the channel after Pause returned")
+	}
+	c.Resume()
+	for i := range int64(channelCapacity) {
+		m, err := c.Receive(context.Background())
+		if err != nil || seqOf(t, m) != i {
+			t.Fatalf("after resume got %v %v, want %d", m, err, i)
+		}
 	}
 }
 

@@ -42,7 +42,7 @@ func (c *Consumer) nack(n deferredNack) {
 		return // stopped or closed: closing returned the message to the broker already
 	}
 	c.handed.forgetID(n.messageID())
-	c.syncArrivalChecksLocked()
+	c.syncFastLocked()
 	if c.phase == gateOpen {
 		n.issue(c.inner)
 		return

@@ -12,10 +12,7 @@ func (c *Consumer) Receive(ctx context.Context) (pulsar.Message, error) {
 	if c.zeroQueue {
 		return c.receiveZeroQueue(ctx)
 	}
-	c.mu.Lock()
-	pumping := c.pumping
-	c.mu.Unlock()
-	if pumping {
+	if c.pumping.Load() {
 		return c.receiveFromPump(ctx)
 	}
 	cm, err := c.next(ctx)
@@ -32,9 +29,7 @@ func (c *Consumer) Chan() <-chan pulsar.ConsumerMessage {
 		panic("agent: a zero-queue consumer cannot support Chan; use Receive")
 	}
 	c.pumpOnce.Do(func() {
-		c.mu.Lock()
-		c.pumping = true
-		c.mu.Unlock()
+		c.pumping.Store(true)
 		go c.pump()
 	})
 	return c.out

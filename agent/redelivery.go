@@ -4,7 +4,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
-// maxRemembered bounds the redelivery filter. The gate holds at most readyCapacity messages
+// maxRemembered bounds the redelivery filter. The gate holds at most channelCapacity messages
 // plus one per taker at each close, so this leaves ample room.
 const maxRemembered = 1024
 

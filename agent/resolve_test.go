@@ -108,8 +108,8 @@ func TestResolveIndex(t *testing.T) {
 		{name: "inside a batch, binary search", x: 43, noPIP: true, want: resolution{pos: position{8, 0}, batch: 1, index: 43}},
 		{name: "last ledger, binary search", x: 58, noPIP: true, want: resolution{pos: position{9, 1}, batch: 1, index: 58}},
 		{name: "last message", x: 59, want: resolution{pos: position{9, 1}, batch: 2, index: 59}},
-		{name: "end of range is latest", x: 60, want: resolution{pos: position{9, 1}, batch: 3, index: 60}},
-		{name: "far above is latest", x: 1 << 40, want: resolution{pos: position{9, 1}, batch: 3, index: 60}},
+		{name: "end of range is latest", x: 60, want: resolution{pos: position{9, 1}, batch: 3, index: 60, past: true}},
+		{name: "far above is latest", x: 1 << 40, want: resolution{pos: position{9, 1}, batch: 3, index: 60, past: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

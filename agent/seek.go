@@ -179,7 +179,6 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 	c.mu.Lock()
 	c.skips = skips
 	c.dropHeldLocked(time.Time{})
-	c.syncArrivalChecksLocked()
 	c.mu.Unlock()
 	return errors.Join(append(errs, c.reconcile())...)
 }

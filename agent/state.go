@@ -185,17 +185,18 @@ func (c *Consumer) closeGate() {
 	}
 }
 
-// ensureSubscribed subscribes with the application's options and a fresh unbuffered channel,
-// the gate being closed meanwhile. The client grants its initial permits on subscribe; with
+// ensureSubscribed subscribes with the application's options and a fresh channel, plugged
+// since the gate is closed meanwhile. The client grants its initial permits on subscribe; with
 // the gate closed those messages stay buffered in the client.
 func (c *Consumer) ensureSubscribed() error {
 	c.mu.Lock()
-	subscribed := c.inner != nil
-	c.mu.Unlock()
-	if subscribed {
+	if c.inner != nil {
+		c.mu.Unlock()
 		return nil
 	}
-	src := make(chan pulsar.ConsumerMessage)
+	src := c.newSourceLocked()
+	plugged := len(src) > 0
+	c.mu.Unlock()
 	opts := c.opts
 	opts.MessageChannel = src
 	opts.Topics = slices.Clone(c.opts.Topics) // the client rewrites topic names in place
@@ -207,7 +208,8 @@ func (c *Consumer) ensureSubscribed() error {
 		p.Pause() // the gate is closed until the caller opens it
 	}
 	c.mu.Lock()
-	c.inner, c.src = inner, src
+	c.setInnerLocked(inner, src)
+	c.plugged, c.pluggedReal = plugged, 0
 	c.mu.Unlock()
 	c.log.Info("Consumer subscribed")
 	return nil
@@ -219,11 +221,12 @@ func (c *Consumer) closeInner() {
 	c.waitFetchStopped()
 	c.mu.Lock()
 	inner := c.inner
-	c.inner, c.src = nil, nil
+	c.setInnerLocked(nil, nil)
 	dropped := c.dropHeldLocked(time.Time{})
 	c.dropNacksLocked()
 	c.handed.forget()
-	c.syncArrivalChecksLocked()
+	c.plugged, c.pluggedReal = false, 0
+	c.metrics.held.Set(0)
 	c.mu.Unlock()
 	if inner == nil {
 		return
@@ -257,7 +260,7 @@ func (c *Consumer) recordState() {
 	if changed {
 		c.state, c.since = actual, time.Now()
 	}
-	held := len(c.held)
+	held := c.heldCountLocked()
 	c.mu.Unlock()
 	if !changed {
 		return
@@ -280,13 +283,15 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 	}
 	c.closeGate()
 	c.waitFetchStopped()
+	c.mu.Lock()
+	c.unplugLocked() // the client's Seek empties its channel itself; closing plugs it again
+	c.mu.Unlock()
 	if err = seek(inner); err == nil {
 		c.mu.Lock()
 		c.skips = nil // filters of an earlier seek no longer apply
 		dropped := c.dropHeldLocked(time.Time{})
 		c.dropNacksLocked()
 		c.handed.forget()
-		c.syncArrivalChecksLocked()
 		c.mu.Unlock()
 		if dropped > 0 {
 			c.log.Info("Held messages dropped by seek", "dropped", dropped)

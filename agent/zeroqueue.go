@@ -56,13 +56,16 @@ func (c *Consumer) startFetchLocked() *zeroQueueFetch {
 	go func() {
 		msg, err := inner.Receive(ctx)
 		cancel()
-		if err == nil && c.dropOnArrival(pulsar.ConsumerMessage{Message: msg}, inner) {
-			msg = nil
-		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if msg != nil && !c.closed && c.inner == inner {
-			c.holdLocked(pulsar.ConsumerMessage{Consumer: c, Message: msg}, false)
+		if err == nil && !c.closed && c.inner == inner {
+			cm := pulsar.ConsumerMessage{Consumer: c, Message: msg}
+			if !c.dropOnArrivalLocked(cm) {
+				if c.phase != gateOpen {
+					c.countReceivedWhilePausedLocked()
+				}
+				c.holdLocked(cm, false)
+			}
 		}
 		if c.fetch == f {
 			c.fetch = nil
