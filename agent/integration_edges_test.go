@@ -198,3 +198,115 @@ func TestIntegrationUnsubscribeWhilePausedCloses(t *testing.T) {
 		t.Fatal("the agent still lists the unsubscribed consumer")
 	}
 }
+
+// A reconnect while paused: the broker sends again every message the gate holds (they are not
+// acknowledged). The application still gets each message once, where the raw client, whose
+// channel keeps what it buffered across a reconnect, delivers those twice.
+func TestIntegrationReconnectWhilePausedDeliversHeldOnce(t *testing.T) {
+	// The client itself drops redelivered copies of what precedes its queue when the queue is
+	// not empty at the reconnect; with few messages everything sits in the channel and only
+	// the gate can tell.
+	for _, n := range []int{1, 5, 50} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			const queue = 20
+			e := newEnv(t)
+			topic := uniqueTopic(t)
+			c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
+			ch := c.Chan() // the application does not read yet
+			e.produce(t, topic, 0, n, 1)
+			eventually(t, "messages held at a pause", func() bool {
+				c.Pause()
+				if c.Status().HeldMessages >= int64(min(n, channelCapacity)) {
+					return true
+				}
+				c.Resume()
+				return false
+			})
+			held := c.Status().HeldMessages
+			reconnect(t, e, topic, queue)
+			c.Resume()
+			got := map[int]int{}
+			for len(got) < n {
+				select {
+				case cm := <-ch:
+					got[seqOfMessage(t, cm.Message)]++
+					if err := c.Ack(cm.Message); err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(15 * time.Second):
+					t.Fatalf("only %d of %d messages after resume", len(got), n)
+				}
+			}
+			eventually(t, "every ack on the broker", func() bool { return e.broker.Subscription(topic, "sub").Acked >= int64(n) })
+			if _, err := c.GetLastMessageIDs(); err != nil { // a round trip behind anything dispatched
+				t.Fatal(err)
+			}
+			dups := duplicatesIn(got, ch)
+			rawDups := rawDuplicatesAfterReconnect(t, e, n, queue)
+			t.Logf("%d messages, %d held at pause; duplicates after a reconnect: agent %d, raw client %d", n, held, dups, rawDups)
+			if dups != 0 || dups > rawDups {
+				t.Fatalf("%d messages delivered twice (raw client: %d): %v", dups, rawDups, got)
+			}
+		})
+	}
+}
+
+// reconnect drops every client connection and waits for the subscription's consumer to be
+// back with its initial grant spent.
+func reconnect(t *testing.T, e *env, topic string, queue int) {
+	t.Helper()
+	before := e.broker.Subscription(topic, "sub")
+	old, redeliver := before.Consumers[0].Conn, min(before.Backlog, int64(queue))
+	e.broker.DropConnections()
+	eventually(t, "the consumer reconnected and sent the unacknowledged messages again", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Conn != old && st.Consumers[0].Dispatched >= redeliver
+	})
+}
+
+// duplicatesIn counts repeated deliveries, including any still waiting on ch.
+func duplicatesIn(got map[int]int, ch <-chan pulsar.ConsumerMessage) int {
+	for {
+		select {
+		case cm := <-ch:
+			n, _ := strconv.Atoi(string(cm.Message.Payload()))
+			got[n]++
+			continue
+		default:
+		}
+		break
+	}
+	dups := 0
+	for _, k := range got {
+		dups += k - 1
+	}
+	return dups
+}
+
+// rawDuplicatesAfterReconnect runs the same scenario with the raw client and its default
+// channel: an application that is not reading when the connection drops.
+func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
+	t.Helper()
+	topic := uniqueTopic(t) + "-raw"
+	raw, err := e.client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	e.produce(t, topic, 0, n, 1)
+	// Wait until the client pushed what its channel takes (the application is not reading).
+	eventually(t, "the raw client's channel filled", func() bool { return len(raw.Chan()) >= min(n, channelCapacity) })
+	reconnect(t, e, topic, queue)
+	got := map[int]int{}
+	for _, m := range receiveN(t, raw, n) {
+		got[seqOfMessage(t, m)]++
+	}
+	for len(got) < n {
+		got[seqOfMessage(t, receiveN(t, raw, 1)[0])]++
+	}
+	eventually(t, "every raw ack on the broker", func() bool { return e.broker.Subscription(topic, "sub").Acked >= int64(n) })
+	if _, err := raw.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	return duplicatesIn(got, raw.Chan())
+}
