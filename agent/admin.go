@@ -21,11 +21,70 @@ type adminClient struct {
 	auth func(*http.Request) error
 }
 
-func newAdminClient(base string, hc *http.Client, auth func(*http.Request) error) *adminClient {
+func newAdminClient(base string, hc *http.Client, auth func(*http.Request) error, trusted []string) *adminClient {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &adminClient{base: strings.TrimRight(base, "/"), http: hc, auth: auth}
+	a := &adminClient{base: strings.TrimRight(base, "/"), auth: auth}
+	withRedirects := *hc // a copy: the application's client is left as it is
+	withRedirects.CheckRedirect = a.redirectPolicy(base, trusted, hc.CheckRedirect)
+	a.http = &withRedirects
+	return a
+}
+
+// maxAdminRedirects bounds a redirect chain, as net/http does by default.
+const maxAdminRedirects = 10
+
+// redirectPolicy follows a broker's 307 to the broker that owns the topic with the agent's
+// credentials: net/http drops Authorization on a redirect to another host, and keeps other
+// headers the auth function may set. A redirect is followed only to a host the admin URL's
+// cluster vouches for: the admin URL's own host or a subdomain of it (the usual Kubernetes
+// layout: broker-0.broker.ns.svc under broker.ns.svc), or a host listed in trusted (exact
+// host names or IPs, "*.example.com" for subdomains). Never from https to http. Any other
+// redirect fails with a clear error, so credentials never reach a host a broker names by
+// mistake or by malice.
+func (a *adminClient) redirectPolicy(base string, trusted []string, next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	origin, _ := url.Parse(base)
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= maxAdminRedirects {
+			return fmt.Errorf("agent: admin call stopped after %d redirects", len(via))
+		}
+		if origin == nil || !trustedRedirect(origin, req.URL, trusted) {
+			return fmt.Errorf("agent: admin call redirected to untrusted %s://%s; list the host in Options.AdminRedirectHosts to follow it", req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			if err := next(req, via); err != nil {
+				return err
+			}
+		}
+		if a.auth != nil {
+			return a.auth(req)
+		}
+		return nil
+	}
+}
+
+func trustedRedirect(origin, target *url.URL, trusted []string) bool {
+	if origin.Scheme == "https" && target.Scheme != "https" {
+		return false
+	}
+	host, base := strings.ToLower(target.Hostname()), strings.ToLower(origin.Hostname())
+	if host == base || strings.HasSuffix(host, "."+base) {
+		return true
+	}
+	for _, t := range trusted {
+		t = strings.ToLower(strings.TrimSpace(t))
+		if suffix, ok := strings.CutPrefix(t, "*."); ok {
+			if strings.HasSuffix(host, "."+suffix) {
+				return true
+			}
+			continue
+		}
+		if host == strings.Trim(t, "[]") {
+			return true
+		}
+	}
+	return false
 }
 
 // errIndexLookupUnsupported means the broker predates PIP-415 (no getMessageIdByIndex).

@@ -27,6 +27,11 @@ type Options struct {
 	// AdminAuth adds the application's own credentials to every admin request (for example an
 	// Authorization header); seek resolution needs no more than consume-level rights.
 	AdminAuth func(*http.Request) error
+	// AdminRedirectHosts lists the hosts, besides the AdminURL's host and its subdomains, to
+	// which admin calls follow a broker's redirect (307 to the topic's owner) with AdminAuth
+	// applied again: exact host names or IPs, or "*.example.com" for subdomains. A redirect
+	// elsewhere, or from https to http, fails the call instead.
+	AdminRedirectHosts []string
 	// Logger receives structured logs; the zero value discards them.
 	Logger logr.Logger
 	// Registerer receives the agent's metrics; nil registers nothing.
@@ -73,7 +78,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Logger, metrics: m, syncState: protocol.Running, synced: !opts.StartGated}
 	if opts.AdminURL != "" {
-		a.admin = newAdminClient(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth)
+		a.admin = newAdminClient(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth, opts.AdminRedirectHosts)
 	}
 	if opts.StartGated {
 		a.syncState = protocol.Paused

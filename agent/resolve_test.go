@@ -88,7 +88,7 @@ func (t arithTopic) serve(w http.ResponseWriter, r *http.Request) {
 func (t arithTopic) source(tb testing.TB) indexSource {
 	srv := httptest.NewServer(http.HandlerFunc(t.serve))
 	tb.Cleanup(srv.Close)
-	return newAdminClient(srv.URL, srv.Client(), nil)
+	return newAdminClient(srv.URL, srv.Client(), nil, nil)
 }
 
 const testTopic = "persistent://public/default/seek"
