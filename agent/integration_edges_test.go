@@ -310,3 +310,50 @@ func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
 	}
 	return duplicatesIn(got, raw.Chan())
 }
+
+// dispatcherMaxReadBatchSize is the Java broker's default: one read of a single-active or
+// classic Key_Shared dispatcher takes up to min(permits, 100) ENTRIES, whatever each holds.
+const dispatcherMaxReadBatchSize = 100
+
+// reconnectBound is what one reconnect while paused can bring into the client: the client
+// re-grants its receiver queue (queue permits); the broker reads up to min(queue, 100) entries
+// per read and debits each entry's message count afterwards, so with batches of up to
+// `batch` messages the last read can overshoot by (batch-1) messages per entry.
+func reconnectBound(queue, batch int) int {
+	return queue + min(queue, dispatcherMaxReadBatchSize)*(batch-1)
+}
+
+// Batching and a reconnect while paused: the client grants its receiver queue once, and the
+// broker may answer that grant with whole batch entries. Measured here: the permits granted
+// (at most the queue) and the messages that reached the client (within reconnectBound; a real
+// broker can reach the bound, the test broker sends fewer); none reaches the application.
+func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
+	const queue, batch = 10, 10
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
+	col := collect(t, c)
+	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 20)
+	e.produce(t, topic, 20, 300, batch)
+	reconnect(t, e, topic, queue)
+	eventually(t, "the reconnected grant spent", func() bool {
+		st := e.broker.Subscription(topic, "sub")
+		return len(st.Consumers) == 1 && st.Consumers[0].Permits <= 0
+	})
+	if _, err := c.GetLastMessageIDs(); err != nil {
+		t.Fatal(err)
+	}
+	st := e.broker.Subscription(topic, "sub")
+	permits := flowPermits(e.broker.Flows(topic, "sub"), flowsAtPause)
+	got := st.Consumers[0].Dispatched
+	t.Logf("after one reconnect while paused: %d permits granted, %d messages sent to the client (bound %d with batches of %d)",
+		permits, got, reconnectBound(queue, batch), batch)
+	if permits > queue || got > int64(reconnectBound(queue, batch)) {
+		t.Fatalf("%d permits (max %d), %d messages (bound %d)", permits, queue, got, reconnectBound(queue, batch))
+	}
+	if n := col.count(); n != 20 {
+		t.Fatalf("%d messages reached the application while paused", n-20)
+	}
+	c.Resume()
+	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 320 })
+}
