@@ -9,7 +9,7 @@ import (
 
 var (
 	// ErrMessageChannelOwned is returned by Subscribe when the options carry a MessageChannel:
-	// the agent must own that channel, unbuffered, to gate flow permits.
+	// the agent must own that channel to gate flow permits.
 	ErrMessageChannelOwned = errors.New("agent: ConsumerOptions.MessageChannel must be nil: the agent owns the consumer's message channel (an application channel would buffer messages past the gate)")
 	// ErrConsumerClosed is returned by calls on a consumer the application closed.
 	ErrConsumerClosed = errors.New("agent: consumer closed")
