@@ -25,6 +25,7 @@ var decoded = map[pb.BaseCommand_Type]bool{
 	pb.BaseCommand_LOOKUP_RESPONSE:                   true,
 	pb.BaseCommand_PARTITIONED_METADATA:              true,
 	pb.BaseCommand_PRODUCER:                          true,
+	pb.BaseCommand_ERROR:                             true,
 }
 
 // inspect records a frame and returns the bytes to forward: the frame itself
@@ -134,6 +135,9 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	case pb.BaseCommand_PRODUCER:
 		e.Topic = cmd.GetProducer().GetTopic()
 		e.RequestID = cmd.GetProducer().GetRequestId()
+	case pb.BaseCommand_ERROR:
+		e.RequestID = cmd.GetError().GetRequestId()
+		e.Error = cmd.GetError().GetError().String() + ": " + cmd.GetError().GetMessage()
 	}
 	return nil
 }

@@ -84,6 +84,7 @@ type Event struct {
 	Topic           string // LOOKUP, PARTITIONED_METADATA, PRODUCER
 	URL             string // LOOKUP_RESPONSE broker, CONNECT proxy_to_broker_url, CLOSE_CONSUMER assigned broker
 	Rewritten       bool   // LOOKUP_RESPONSE changed to route through the proxy
+	Error           string // ERROR: code and message the broker sent
 	Err             string // what could not be decoded; the frame was forwarded anyway
 }
 
