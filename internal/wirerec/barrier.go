@@ -21,8 +21,12 @@ import (
 // it on that connection, was recorded. Producers' SEND frames use another
 // channel and are not ordered against it.
 //
-// It cannot cover what the client has not queued yet, such as a FLOW its
-// dispatcher is about to send; wait for that with a deadline instead.
+// It cannot cover what the client has not queued yet: its dispatcher sends
+// the initial FLOW after SUBSCRIBE succeeds, and refills after handing a
+// message to the application, from its own goroutine
+// (consumer_partition.go, dispatcher). Wait for those with a deadline, or
+// close the consumer: Close waits for the broker's answer to CLOSE_CONSUMER,
+// which follows everything the consumer queued before.
 func (p *Proxy) Barrier(c pulsar.Consumer) error {
 	mark := p.Mark()
 	ids, err := c.GetLastMessageIDs()

@@ -65,7 +65,10 @@
 //
 // Filter.Topic accepts short or full names; a partitioned topic's base name
 // includes its partitions. Delivered counts num_messages_in_batch of each
-// MESSAGE, which is what a broker debits from permits.
+// MESSAGE, which is what a broker debits from permits. The record is what
+// was on the wire: a command for a subscription that a CLOSE_CONSUMER had
+// already ended (a FLOW racing the close) is kept and marked AfterClose,
+// because a broker ignores it.
 //
 // Each frame is recorded before it is forwarded, so whatever a peer has
 // received is in the record. To be sure the record holds every command a

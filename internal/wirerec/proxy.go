@@ -52,6 +52,7 @@ type Proxy struct {
 	dropped  int
 	sessions []*Consumer
 	current  map[ConsumerKey]*Consumer
+	closedCs map[*Consumer]bool // subscriptions a CLOSE_CONSUMER ended
 	problems []problem
 	brokers  map[string]bool       // host:port named by lookups, which CONNECT may ask for
 	conns    map[uint64]*proxyConn // open
@@ -90,6 +91,7 @@ func Start(upstream string, opts ...Options) (*Proxy, error) {
 		ln:       ln,
 		upstream: host,
 		current:  map[ConsumerKey]*Consumer{},
+		closedCs: map[*Consumer]bool{},
 		brokers:  map[string]bool{host: true},
 		conns:    map[uint64]*proxyConn{},
 	}

@@ -377,3 +377,38 @@ func TestFullRecordIsReported(t *testing.T) {
 		t.Fatalf("Check() = %v", err)
 	}
 }
+
+// A command for a subscription that a CLOSE_CONSUMER already ended is
+// recorded, and marked: a broker ignores it.
+func TestCommandAfterCloseIsMarked(t *testing.T) {
+	f := startFakeBroker(t)
+	p := StartT(t, f.ln.Addr().String())
+	client := dial(t, p.Addr())
+	sent := slices3(connectFrame(t), subscribeFrame(t, 3), flowFrame(t, 3, 10))
+	writeAll(t, client, sent)
+	broker := f.accept(t)
+	readExactly(t, broker, len(sent))
+	closeFrame := encodeFrame(t, &pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
+		ConsumerId: proto.Uint64(3), RequestId: proto.Uint64(1<<64 - 1),
+	}}, nil)
+	writeAll(t, broker, closeFrame)
+	readExactly(t, client, len(closeFrame))
+	late := flowFrame(t, 3, 5)
+	writeAll(t, client, late)
+	readExactly(t, broker, len(late))
+
+	flows := p.Flows(Filter{ConsumerName: "raw-consumer"})
+	if len(flows) != 2 || flows[0].AfterClose || !flows[1].AfterClose || flows[1].Permits != 5 {
+		t.Fatalf("flows %+v", flows)
+	}
+	closes := p.Events(Filter{ConsumerName: "raw-consumer"}, pb.BaseCommand_CLOSE_CONSUMER)
+	if len(closes) != 1 || closes[0].Dir != FromBroker || closes[0].AfterClose {
+		t.Fatalf("closes %+v", closes)
+	}
+	writeAll(t, client, subscribeFrame(t, 3))
+	writeAll(t, client, flowFrame(t, 3, 7))
+	readExactly(t, broker, len(subscribeFrame(t, 3))+len(late))
+	if flows := p.Flows(Filter{ConsumerName: "raw-consumer"}); len(flows) != 3 || flows[2].AfterClose || flows[2].Consumer.Session == flows[0].Consumer.Session {
+		t.Fatalf("after a new SUBSCRIBE: %+v", flows)
+	}
+}

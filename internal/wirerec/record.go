@@ -72,6 +72,11 @@ type Event struct {
 	// shared by the events of that subscription: read it, do not change it.
 	Consumer *Consumer
 
+	// AfterClose marks a command for a subscription that a CLOSE_CONSUMER
+	// (either way) had already ended, such as a FLOW racing the close: it
+	// was on the wire, but a broker ignores it.
+	AfterClose bool
+
 	Permits         uint32    // FLOW
 	Messages        int       // MESSAGE: messages in the entry; ACK, REDELIVER: ids listed
 	MessageID       MessageID // MESSAGE; SEEK target; first id of an ACK
@@ -259,9 +264,13 @@ func (p *Proxy) record(e Event, consumerID *uint64) {
 			p.sessions = append(p.sessions, e.Consumer)
 		} else if c := p.current[key]; c != nil {
 			e.Consumer = c
+			e.AfterClose = p.closedCs[c]
 		} else {
 			e.Consumer = &Consumer{ConsumerKey: key} // a consumer whose SUBSCRIBE was not seen
 		}
+	}
+	if e.Type == pb.BaseCommand_CLOSE_CONSUMER && e.Consumer != nil {
+		p.closedCs[e.Consumer] = true
 	}
 	if len(p.events) >= p.opts.MaxEvents {
 		p.dropped++
