@@ -60,7 +60,7 @@ build: ## Build the controller binary into bin/.
 
 .PHONY: run
 run: ## Run the controller against the cluster in ~/.kube/config.
-	$(GO) run . --metrics-bind-address=:8080 --health-probe-bind-address=:8081
+	$(GO) run . --metrics-bind-address=:8080 --metrics-secure=false --health-probe-bind-address=:8081
 
 .PHONY: docker-build
 docker-build: ## Build the controller image.

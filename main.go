@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -20,9 +21,14 @@ import (
 )
 
 func main() {
-	var metricsAddr, probeAddr string
-	var leaderElect bool
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	var metricsAddr, probeAddr, agentCAFile, agentServerName string
+	var leaderElect, metricsSecure bool
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates and "+
+		"authorizes (get on the /metrics non-resource URL); false serves plain HTTP to anyone who reaches the port.")
+	flag.StringVar(&agentCAFile, "agent-ca-file", "", "PEM CA bundle that signs the certificates of agents served over https "+
+		"(container port named subflow-https); empty means the system roots.")
+	flag.StringVar(&agentServerName, "agent-tls-server-name", "", "Name expected in agents' certificates; empty means the pod IP.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	var resync, pushTimeout time.Duration
 	var parallelism int
@@ -40,9 +46,19 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(subflowv1.AddToScheme(scheme))
 
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsSecure}
+	if metricsSecure {
+		// As kubebuilder scaffolds it: TokenReview and SubjectAccessReview through the API server.
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	agentTLS, err := controllers.AgentTLSConfig(agentCAFile, agentServerName)
+	if err != nil {
+		setupLog.Error(err, "Unable to read the agents' CA bundle", "file", agentCAFile)
+		os.Exit(1)
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "subflow-controller.subflow.dev",
@@ -56,7 +72,7 @@ func main() {
 	reconciler := &controllers.SubscriptionFlowReconciler{
 		Client:      mgr.GetClient(),
 		Scheme:      mgr.GetScheme(),
-		Agents:      controllers.NewHTTPAgentClient(pushTimeout),
+		Agents:      controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
 		Clock:       controllers.RealClock{},
 		Recorder:    mgr.GetEventRecorder("subflow-controller"),
 		Resync:      resync,

@@ -3,12 +3,15 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -24,7 +27,7 @@ type AgentClient interface {
 // AgentTarget addresses one flow rule in one pod's agent.
 type AgentTarget struct {
 	Pod       string
-	BaseURL   string // http://10.0.0.7:9470
+	BaseURL   string // http://10.0.0.7:9470, https://[fd00::7]:9470
 	Token     string
 	Namespace string // the flow's
 	Name      string // the flow's
@@ -39,6 +42,8 @@ type AgentError struct {
 	Status  int
 	Reason  string
 	Message string
+	// AppliedRevision is the agent's revision when it refused a stale one.
+	AppliedRevision int64
 }
 
 func (e *AgentError) Error() string {
@@ -54,7 +59,7 @@ func IsUnauthorized(err error) bool {
 // IsStale reports whether the agent already applied a newer revision.
 func IsStale(err error) bool {
 	var agentErr *AgentError
-	return errors.As(err, &agentErr) && agentErr.Status == http.StatusConflict
+	return errors.As(err, &agentErr) && agentErr.Status == http.StatusConflict && agentErr.Reason == protocol.ReasonStaleRevision
 }
 
 // HTTPAgentClient speaks the agent protocol over HTTP with a per-call timeout.
@@ -64,11 +69,35 @@ type HTTPAgentClient struct {
 }
 
 // NewHTTPAgentClient returns a client with keep-alive connections sized for many pods.
-func NewHTTPAgentClient(timeout time.Duration) *HTTPAgentClient {
+// tlsConfig verifies agents served over https (port named subflow-https); nil means the
+// system roots.
+func NewHTTPAgentClient(timeout time.Duration, tlsConfig *tls.Config) *HTTPAgentClient {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 4
 	transport.MaxIdleConns = 2048
-	return &HTTPAgentClient{HTTP: &http.Client{Transport: transport}, Timeout: timeout}
+	transport.Proxy = nil // pod IPs are never reached through a proxy
+	transport.TLSClientConfig = tlsConfig
+	// A redirect from an agent is never followed: it would carry the token elsewhere.
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &HTTPAgentClient{HTTP: &http.Client{Transport: transport, CheckRedirect: noRedirect}, Timeout: timeout}
+}
+
+// AgentTLSConfig returns the TLS settings for agents: trust the PEM CA bundle in caFile (empty:
+// the system roots) and expect serverName in their certificates (empty: the pod IP).
+func AgentTLSConfig(caFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no PEM certificate in %s", caFile)
+	}
+	return cfg, nil
 }
 
 // PutFlow sends the desired state and returns what the agent observed.
@@ -117,7 +146,7 @@ func (c *HTTPAgentClient) do(ctx context.Context, method, url, token string, bod
 		agentErr := &AgentError{Status: resp.StatusCode}
 		var payload protocol.Error
 		if json.Unmarshal(data, &payload) == nil {
-			agentErr.Reason, agentErr.Message = payload.Reason, payload.Message
+			agentErr.Reason, agentErr.Message, agentErr.AppliedRevision = payload.Reason, payload.Message, payload.AppliedRevision
 		} else {
 			agentErr.Message = string(data)
 		}

@@ -124,7 +124,7 @@ func BenchmarkFullResync(b *testing.B) {
 	}
 	waitAllFlowsReady(b, ns, flows)
 	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(), Clock: controllers.RealClock{},
-		Agents: controllers.NewHTTPAgentClient(5 * time.Second)}
+		Agents: controllers.NewHTTPAgentClient(5*time.Second, nil)}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		resyncAll(b, r, keys)

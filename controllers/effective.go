@@ -2,16 +2,12 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"time"
-
-	"github.com/robfig/cron/v3"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
-
-// cronParser accepts what the CRD admits: five fields or a descriptor such as @daily.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Effective is the state in force for a flow at one instant, and why.
 type Effective struct {
@@ -21,26 +17,27 @@ type Effective struct {
 	Next *time.Time
 	// Notes are things a person should know, e.g. an expired override that is being ignored.
 	Notes []string
+	// Problems are inputs that passed the API server but cannot be applied (a window that never
+	// fires, an unknown override value). They are ignored; the rest still decides the state.
+	Problems []string
 }
 
-// EffectiveState computes override > active maintenance window > spec.state. Invalid windows
-// or override values are errors: the spec passed the API server but cannot be applied.
-func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) (Effective, error) {
+// EffectiveState computes override > active maintenance window > spec.state. It always
+// answers: an input that cannot be applied is left out and named in Problems, so that
+// spec.state and the override keep working whatever else the spec holds.
+func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) Effective {
 	eff := Effective{State: flow.Spec.State, Source: subflowv1.SourceSpec}
 	if eff.State == "" {
 		eff.State = subflowv1.StateRunning
 	}
-	windowState, windowNext, err := activeWindow(flow.Spec.MaintenanceWindows, now)
-	if err != nil {
-		return Effective{}, err
-	}
-	eff.Next = windowNext
+	windowState, windowNext, problems := activeWindow(flow.Spec.MaintenanceWindows, now)
+	eff.Next, eff.Problems = windowNext, problems
 	if windowState != "" {
 		eff.State, eff.Source = windowState, subflowv1.SourceWindow
 	}
 	override, until, note, err := activeOverride(flow.Annotations, now)
 	if err != nil {
-		return Effective{}, err
+		eff.Problems = append(eff.Problems, err.Error())
 	}
 	if note != "" {
 		eff.Notes = append(eff.Notes, note)
@@ -49,51 +46,29 @@ func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) (Effective,
 		eff.State, eff.Source = override, subflowv1.SourceOverride
 		eff.Next = earliest(eff.Next, until)
 	}
-	return eff, nil
+	return eff
 }
 
-// activeWindow returns the state of the most restrictive window active at now (if any) and the
-// next instant at which any window starts or ends.
-func activeWindow(windows []subflowv1.MaintenanceWindow, now time.Time) (subflowv1.FlowState, *time.Time, error) {
+// activeWindow returns the state of the most restrictive window open at now (if any), the next
+// instant at which any window opens or closes, and the windows that cannot be applied.
+func activeWindow(windows []subflowv1.MaintenanceWindow, now time.Time) (subflowv1.FlowState, *time.Time, []string) {
 	var state subflowv1.FlowState
 	var next *time.Time
+	var problems []string
 	for i, w := range windows {
-		start, end, upcoming, err := windowAround(w, now)
+		sched, err := parseWindow(w)
 		if err != nil {
-			return "", nil, fmt.Errorf("spec.maintenanceWindows[%d]: %w", i, err)
+			problems = append(problems, fmt.Sprintf("spec.maintenanceWindows[%d] is ignored: %v", i, err))
+			continue
 		}
-		if !start.IsZero() && !now.Before(start) && now.Before(end) {
+		if open, end := sched.activeAt(now); open {
 			state = mostRestrictive(state, windowStateOf(w))
-			next = earliest(next, &end)
-		}
-		next = earliest(next, &upcoming)
-	}
-	return state, next, nil
-}
-
-// windowAround finds the latest window start at or before now that may still be open (zero if
-// none), its end, and the next start after now.
-func windowAround(w subflowv1.MaintenanceWindow, now time.Time) (start, end, upcoming time.Time, err error) {
-	loc := time.UTC
-	if w.TimeZone != "" {
-		if loc, err = time.LoadLocation(w.TimeZone); err != nil {
-			return start, end, upcoming, fmt.Errorf("timeZone %q: %w", w.TimeZone, err)
+			next = earliest(next, &end) // its own later starts only extend it
+		} else if start, ok := sched.nextStart(now); ok {
+			next = earliest(next, &start)
 		}
 	}
-	sched, err := cronParser.Parse(w.Schedule)
-	if err != nil {
-		return start, end, upcoming, fmt.Errorf("schedule %q: %w", w.Schedule, err)
-	}
-	local := now.In(loc)
-	upcoming = sched.Next(local)
-	// A window still open at now started within the last duration: walk the starts from there.
-	for t := sched.Next(local.Add(-w.Duration.Duration - time.Second)); !t.After(local); t = sched.Next(t) {
-		start = t
-	}
-	if !start.IsZero() {
-		end = start.Add(w.Duration.Duration)
-	}
-	return start, end, upcoming, nil
+	return state, next, problems
 }
 
 func windowStateOf(w subflowv1.MaintenanceWindow) subflowv1.FlowState {
@@ -103,15 +78,17 @@ func windowStateOf(w subflowv1.MaintenanceWindow) subflowv1.FlowState {
 	return w.State
 }
 
-// activeOverride reads the on-call override annotations. An expired override yields a note.
+// activeOverride reads the on-call override annotations. An expired override yields a note; an
+// unknown state is ignored and an unreadable end applies the override without one, both with an
+// error for the status.
 func activeOverride(annotations map[string]string, now time.Time) (subflowv1.FlowState, *time.Time, string, error) {
 	value, ok := annotations[subflowv1.OverrideStateAnnotation]
 	if !ok || value == "" {
 		return "", nil, "", nil
 	}
-	state := subflowv1.FlowState(value)
+	state := canonicalState(value)
 	if state != subflowv1.StateRunning && state != subflowv1.StatePaused && state != subflowv1.StateStopped {
-		return "", nil, "", fmt.Errorf("annotation %s=%q: want Running, Paused or Stopped", subflowv1.OverrideStateAnnotation, value)
+		return "", nil, "", fmt.Errorf("annotation %s=%q is ignored: want Running, Paused or Stopped", subflowv1.OverrideStateAnnotation, value)
 	}
 	untilValue, ok := annotations[subflowv1.OverrideUntilAnnotation]
 	if !ok || untilValue == "" {
@@ -119,12 +96,23 @@ func activeOverride(annotations map[string]string, now time.Time) (subflowv1.Flo
 	}
 	until, err := time.Parse(time.RFC3339, untilValue)
 	if err != nil {
-		return "", nil, "", fmt.Errorf("annotation %s=%q: want an RFC 3339 time: %w", subflowv1.OverrideUntilAnnotation, untilValue, err)
+		// The state is what the on-call engineer asked for now; only its end is unreadable.
+		return state, nil, "", fmt.Errorf("annotation %s=%q cannot be read, so the override has no end: want an RFC 3339 time such as 2026-11-30T18:00:00Z", subflowv1.OverrideUntilAnnotation, untilValue)
 	}
 	if !now.Before(until) {
 		return "", nil, fmt.Sprintf("override %s=%s expired at %s and is ignored", subflowv1.OverrideStateAnnotation, value, untilValue), nil
 	}
 	return state, &until, "", nil
+}
+
+// canonicalState accepts a state in any letter case ("paused" during an incident is meant).
+func canonicalState(value string) subflowv1.FlowState {
+	for _, s := range []subflowv1.FlowState{subflowv1.StateRunning, subflowv1.StatePaused, subflowv1.StateStopped} {
+		if strings.EqualFold(value, string(s)) {
+			return s
+		}
+	}
+	return subflowv1.FlowState(value)
 }
 
 func mostRestrictive(a, b subflowv1.FlowState) subflowv1.FlowState {

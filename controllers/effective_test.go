@@ -59,9 +59,9 @@ func TestEffectiveState(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{State: tt.spec, MaintenanceWindows: tt.windows}}
 			flow.Annotations = tt.annotations
-			got, err := EffectiveState(flow, tt.now)
-			if err != nil {
-				t.Fatal(err)
+			got := EffectiveState(flow, tt.now)
+			if len(got.Problems) > 0 {
+				t.Fatal(got.Problems)
 			}
 			if got.State != tt.wantState || got.Source != tt.wantSource {
 				t.Errorf("got %s from %s, want %s from %s", got.State, got.Source, tt.wantState, tt.wantSource)
@@ -80,10 +80,35 @@ func TestEffectiveState(t *testing.T) {
 	}
 }
 
-func TestEffectiveStateRefusesBadOverride(t *testing.T) {
-	flow := &subflowv1.SubscriptionFlow{}
-	flow.Annotations = map[string]string{subflowv1.OverrideStateAnnotation: "Sleeping"}
-	if _, err := EffectiveState(flow, time.Now()); err == nil || !strings.Contains(err.Error(), "want Running, Paused or Stopped") {
-		t.Fatalf("err = %v, want a clear refusal", err)
+func TestBadOverrideIsReportedAndTheRestApplies(t *testing.T) {
+	paused := subflowv1.SubscriptionFlowSpec{State: subflowv1.StatePaused}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		wantState   subflowv1.FlowState
+		wantSource  subflowv1.StateSource
+		wantProblem string
+	}{
+		{name: "unknown state is ignored", annotations: map[string]string{subflowv1.OverrideStateAnnotation: "Sleeping"},
+			wantState: subflowv1.StatePaused, wantSource: subflowv1.SourceSpec, wantProblem: "want Running, Paused or Stopped"},
+		{name: "letter case does not matter", annotations: map[string]string{subflowv1.OverrideStateAnnotation: "stopped"},
+			wantState: subflowv1.StateStopped, wantSource: subflowv1.SourceOverride},
+		{name: "unreadable end keeps the override, without end", annotations: map[string]string{
+			subflowv1.OverrideStateAnnotation: "Running", subflowv1.OverrideUntilAnnotation: "tomorrow"},
+			wantState: subflowv1.StateRunning, wantSource: subflowv1.SourceOverride, wantProblem: "RFC 3339"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			flow := &subflowv1.SubscriptionFlow{Spec: paused}
+			flow.Annotations = tt.annotations
+			got := EffectiveState(flow, time.Now())
+			if got.State != tt.wantState || got.Source != tt.wantSource {
+				t.Errorf("got %s from %s, want %s from %s", got.State, got.Source, tt.wantState, tt.wantSource)
+			}
+			problems := strings.Join(got.Problems, "; ")
+			if (tt.wantProblem == "") != (problems == "") || !strings.Contains(problems, tt.wantProblem) {
+				t.Errorf("problems %q, want %q", problems, tt.wantProblem)
+			}
+		})
 	}
 }

@@ -2,15 +2,19 @@ package controllers
 
 import (
 	"context"
-	"fmt"
+	"net"
 	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -26,12 +30,9 @@ func selectorOf(flow *subflowv1.SubscriptionFlow) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(&flow.Spec.Selector)
 }
 
-// matchedPods lists the live pods a flow selects, sorted by name.
-func (r *SubscriptionFlowReconciler) matchedPods(ctx context.Context, flow *subflowv1.SubscriptionFlow) ([]corev1.Pod, error) {
-	selector, err := selectorOf(flow)
-	if err != nil {
-		return nil, err
-	}
+// matchedPods lists the pods a flow selects that have not finished, sorted by name.
+// Terminating pods are included (they still hold the rule) but are not pushed to.
+func (r *SubscriptionFlowReconciler) matchedPods(ctx context.Context, flow *subflowv1.SubscriptionFlow, selector labels.Selector) ([]corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.List(ctx, &list, client.InNamespace(flow.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, err
@@ -46,23 +47,35 @@ func (r *SubscriptionFlowReconciler) matchedPods(ctx context.Context, flow *subf
 	return pods, nil
 }
 
-// agentBaseURL is where a pod's agent listens: the container port named "subflow", else the
-// flow's spec.agent.port (by name or number), else the default port. Empty if the pod has no IP.
+// pushable reports whether the controller should push to a pod's agent: it has an address and
+// is not terminating (a terminating pod keeps the state it has until it goes).
+func pushable(pod *corev1.Pod) bool {
+	return pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero()
+}
+
+// agentBaseURL is where a pod's agent listens: the container port named "subflow" (http) or
+// "subflow-https" (https), else the flow's spec.agent.port (by name or number), else the
+// default port. Empty if the pod has no IP.
 func agentBaseURL(pod *corev1.Pod, spec subflowv1.AgentSpec) string {
 	if pod.Status.PodIP == "" {
 		return ""
 	}
-	port := int32(protocol.DefaultPort)
+	scheme, port := "http", int32(protocol.DefaultPort)
 	if named, ok := containerPort(pod, protocol.PortName); ok {
 		port = named
+	} else if named, ok := containerPort(pod, protocol.TLSPortName); ok {
+		scheme, port = "https", named
 	} else if spec.Port != nil {
 		if spec.Port.IntVal > 0 {
 			port = spec.Port.IntVal
 		} else if named, ok := containerPort(pod, spec.Port.StrVal); ok {
 			port = named
+			if spec.Port.StrVal == protocol.TLSPortName {
+				scheme = "https"
+			}
 		}
 	}
-	return fmt.Sprintf("http://%s:%d", pod.Status.PodIP, port)
+	return scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
 }
 
 func containerPort(pod *corev1.Pod, name string) (int32, bool) {
@@ -76,21 +89,48 @@ func containerPort(pod *corev1.Pod, name string) (int32, bool) {
 	return 0, false
 }
 
-// flowsForPod maps a pod to the flows in its namespace whose selector matches it.
-func (r *SubscriptionFlowReconciler) flowsForPod(ctx context.Context, obj client.Object) []reconcile.Request {
-	var flows subflowv1.SubscriptionFlowList
-	if err := r.List(ctx, &flows, client.InNamespace(obj.GetNamespace())); err != nil {
-		return nil
+// podEvents maps pod events to the flows that select the pod, before or after the change, or
+// that hold a rule in it: a pod that stops matching must be released, which only a flow that
+// knew it can do.
+func (r *SubscriptionFlowReconciler) podEvents() handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueFlowsFor(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueFlowsFor(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueFlowsFor(ctx, q, e.Object)
+		},
 	}
-	var requests []reconcile.Request
+}
+
+func (r *SubscriptionFlowReconciler) enqueueFlowsFor(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], pods ...client.Object) {
+	var flows subflowv1.SubscriptionFlowList
+	if err := r.List(ctx, &flows, client.InNamespace(pods[0].GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing flows for a pod event failed")
+		return
+	}
 	for i := range flows.Items {
-		selector, err := selectorOf(&flows.Items[i])
-		if err == nil && selector.Matches(labels.Set(obj.GetLabels())) {
-			requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{
-				Namespace: flows.Items[i].Namespace, Name: flows.Items[i].Name}})
+		flow := &flows.Items[i]
+		if r.flowConcernsPod(flow, pods...) {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: flow.Namespace, Name: flow.Name}})
 		}
 	}
-	return requests
+}
+
+func (r *SubscriptionFlowReconciler) flowConcernsPod(flow *subflowv1.SubscriptionFlow, pods ...client.Object) bool {
+	selector, selErr := selectorOf(flow)
+	for _, pod := range pods {
+		if selErr == nil && selector.Matches(labels.Set(pod.GetLabels())) {
+			return true
+		}
+		if r.holders.has(flow, pod.GetName()) {
+			return true
+		}
+	}
+	return false
 }
 
 // podChangesAgentReach lets through only pod updates that can change which agents a flow

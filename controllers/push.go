@@ -67,14 +67,23 @@ func pushErrorReason(err error) string {
 	}
 }
 
+// releaseFailure is a pod whose agent could not be told to release a rule.
+type releaseFailure struct {
+	pod string
+	err error
+}
+
+func (f releaseFailure) String() string { return f.pod + " (" + f.err.Error() + ")" }
+
 // releaseAll removes the flow's rule from every pod's agent; it returns the pods that failed.
-func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []string {
+// A pod without an address cannot be reached and counts as failed.
+func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []releaseFailure {
 	var mu sync.Mutex
-	var failed []string
+	var failed []releaseFailure
 	r.fanOut(pods, target, func(_ int, t AgentTarget) {
 		if err := r.Agents.DeleteFlow(ctx, t, uid); err != nil {
 			mu.Lock()
-			failed = append(failed, t.Pod+" ("+err.Error()+")")
+			failed = append(failed, releaseFailure{pod: t.Pod, err: err})
 			mu.Unlock()
 		}
 	})

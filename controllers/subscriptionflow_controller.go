@@ -4,14 +4,18 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,20 +24,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// Permissions, least privilege: Secrets are read one by one (get) and created when missing; the
-// controller never lists or watches them.
-// +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows/status,verbs=get;update;patch
+// Permissions, least privilege, exactly what the code uses (a test runs the manager with them):
+// flows are watched and patched (finalizer, status); Secrets are read one by one, only the
+// agent-token Secret by name, and created when missing - never listed or watched.
+// +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows/status,verbs=patch
 // +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,resourceNames=subflow-agent-token
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Defaults for the reconciler's tunables.
@@ -41,7 +46,9 @@ const (
 	DefaultResync        = 5 * time.Minute
 	DefaultParallelism   = 64
 	DefaultPushTimeout   = 5 * time.Second
-	notReadyRetry        = 2 * time.Second
+	firstRetry           = time.Second
+	maxRetry             = time.Minute
+	seekPoll             = time.Second
 	releaseGiveUpAfter   = 2 * time.Minute
 	maxConcurrentFlows   = 8
 	eventActionReconcile = "Reconcile"
@@ -67,6 +74,9 @@ type SubscriptionFlowReconciler struct {
 	Resync time.Duration
 	// Parallelism bounds concurrent pushes per flow.
 	Parallelism int
+
+	holders holderBook
+	retries retryBook
 }
 
 func (r *SubscriptionFlowReconciler) parallelism() int {
@@ -87,6 +97,10 @@ func (r *SubscriptionFlowReconciler) resync() time.Duration {
 func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	flow := &subflowv1.SubscriptionFlow{}
 	if err := r.Get(ctx, req.NamespacedName, flow); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone, also when someone removed the finalizer by hand: nothing of it may linger.
+			r.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !flow.DeletionTimestamp.IsZero() {
@@ -106,46 +120,84 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	return result, err
 }
 
-// reconcileNormal computes the effective state, pushes it to every matched agent and sets
-// flow.Status from what they answered.
+// reconcileNormal computes the effective state, records and pushes it to every matched agent,
+// releases agents that no longer match, and sets flow.Status from what they answered. Input the
+// API server accepted but that cannot be used stalls the flow and changes nothing in the agents.
 func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	now := r.Clock.Now()
-	eff, err := EffectiveState(flow, now)
+	eff := EffectiveState(flow, now)
+	selector, err := selectorOf(flow)
 	if err != nil {
-		flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, err.Error())
-		log.Info("Flow spec cannot be applied", "reason", err.Error())
-		return ctrl.Result{}, nil // terminal until the spec changes
+		return r.stall(flow, fmt.Sprintf("spec.selector cannot be used: %v", err)), nil
 	}
 	token, err := r.agentToken(ctx, flow)
+	var tokenErr *tokenProblem
+	if errors.As(err, &tokenErr) {
+		return r.stall(flow, tokenErr.Error()), nil
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+	pods, err := r.matchedPods(ctx, flow, selector)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pods, err := r.matchedPods(ctx, flow)
+	if len(pods) > subflowv1.MaxHolders {
+		return r.stall(flow, fmt.Sprintf("spec.selector matches %d pods; one flow drives at most %d", len(pods), subflowv1.MaxHolders)), nil
+	}
+	holders, err := r.recordHolders(ctx, flow, r.holders.all(flow), pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
-		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents}
-	obs.Executor = keptExecutor(flow, pods)
 	target := r.targetFunc(flow, token)
-	obs.Outcomes = r.pushAll(ctx, pods, target, func(pod string) protocol.FlowRequest {
-		return desiredRequest(flow, eff, obs.Revision, pod == obs.Executor)
-	})
-	if anyStale(obs.Outcomes) {
-		// An agent holds a newer revision (a previous leader, or a status write that was lost):
-		// move past it so that this push is not ignored.
-		obs.Revision++
-		obs.Outcomes = r.pushAll(ctx, pods, target, func(pod string) protocol.FlowRequest {
-			return desiredRequest(flow, eff, obs.Revision, pod == obs.Executor)
-		})
+	kept, released, unreleased, err := r.releaseStale(ctx, flow, holders, pods, target)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.startSeekIfPending(ctx, flow, eff, pods, target, &obs)
+	live := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
+	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
+		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased}
+	obs.Executor = keptExecutor(flow, live)
+	r.pushRevision(ctx, flow, live, target, &obs)
+	r.startSeekIfPending(ctx, flow, live, target, &obs)
+	succeededBefore := seekSucceeded(flow)
 	flow.Status = computeStatus(flow, obs)
-	recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), agentsByState(flow.Status))
+	if !succeededBefore && seekSucceeded(flow) {
+		// Tell the other agents now: only after success do they drop what they held.
+		r.pushRevision(ctx, flow, live, target, &obs)
+		flow.Status = computeStatus(flow, obs)
+	}
+	r.holders.set(flow, kept)
+	if len(released) > 0 {
+		r.event(flow, corev1.EventTypeNormal, "Released", "Released the rule in pods that no longer match: %s", listNames(released))
+	}
+	recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), obs.agentStates())
 	log.V(1).Info("Flow reconciled", "flow", klog.KObj(flow), "revision", obs.Revision, "effectiveState", eff.State,
 		"matched", flow.Status.Pods.Matched, "synced", flow.Status.Pods.Synced)
-	return r.requeue(flow, eff, now), nil
+	return r.requeue(flow, obs), nil
+}
+
+// pushRevision pushes the current revision to every pod. An agent that holds a newer revision
+// (a previous leader's, or one whose status write was lost) answers with it; the controller
+// moves past the highest such revision in one step and pushes again.
+func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *subflowv1.SubscriptionFlow, pods []corev1.Pod,
+	target func(*corev1.Pod) AgentTarget, obs *observation) {
+	request := func(pod string) protocol.FlowRequest {
+		return desiredRequest(flow, obs.Effective, obs.Revision, pod == obs.Executor)
+	}
+	obs.Outcomes = r.pushAll(ctx, pods, target, request)
+	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
+		obs.Revision = newest + 1
+		obs.Outcomes = r.pushAll(ctx, pods, target, request)
+	}
+}
+
+// stall reports input that a person must fix; nothing is pushed or released meanwhile.
+func (r *SubscriptionFlowReconciler) stall(flow *subflowv1.SubscriptionFlow, message string) ctrl.Result {
+	ctrl.Log.V(1).Info("Flow spec cannot be applied", "flow", klog.KObj(flow), "reason", message)
+	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, message)
+	// A referenced Secret is not watched: look again after a while, backing off.
+	return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}
 }
 
 // nextRevision bumps the revision whenever what is pushed may change: a new generation or a new
@@ -162,7 +214,8 @@ func desiredRequest(flow *subflowv1.SubscriptionFlow, eff Effective, revision in
 	req := protocol.FlowRequest{UID: string(flow.UID), Revision: revision, Subscription: flow.Spec.Subscription,
 		Topic: flow.Spec.Topic, State: protocol.State(eff.State)}
 	if seek := flow.Spec.Seek; seek != nil {
-		req.Seek = &protocol.SeekRequest{ID: seek.ID, Index: seek.Index, Execute: execute && !seekFinished(flow)}
+		req.Seek = &protocol.SeekRequest{ID: seek.ID, Index: seek.Index, Execute: execute && !seekFinished(flow),
+			Succeeded: seekSucceeded(flow)}
 		for _, p := range seek.Partitions {
 			req.Seek.Partitions = append(req.Seek.Partitions, protocol.PartitionIndex{Partition: p.Partition, Index: p.Index})
 		}
@@ -173,6 +226,22 @@ func desiredRequest(flow *subflowv1.SubscriptionFlow, eff Effective, revision in
 func seekFinished(flow *subflowv1.SubscriptionFlow) bool {
 	old := flow.Status.Seek
 	return flow.Spec.Seek != nil && old != nil && old.ID == flow.Spec.Seek.ID && old.CompletionTime != nil
+}
+
+// seekSucceeded tells agents that the current seek moved the cursors, so that they drop what
+// they held from before it; after a failure nothing is dropped.
+func seekSucceeded(flow *subflowv1.SubscriptionFlow) bool {
+	return seekFinished(flow) && flow.Status.Seek.Message == ""
+}
+
+// seekRunning reports whether the executor is still working on the current seek.
+func seekRunning(obs observation) bool {
+	for _, o := range obs.Outcomes {
+		if o.Pod == obs.Executor && o.Status != nil && o.Status.Seek != nil && o.Status.Seek.State == protocol.SeekRunning {
+			return true
+		}
+	}
+	return false
 }
 
 // keptExecutor returns the executor already chosen for the current seek if its pod is still
@@ -195,7 +264,7 @@ func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []corev1.Pod) string {
 
 // startSeekIfPending chooses an executor for a pending seek - the first pod, by name, whose
 // agent reported a consumer of the flow - and pushes the request with execute set to it.
-func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flow *subflowv1.SubscriptionFlow, eff Effective,
+func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flow *subflowv1.SubscriptionFlow,
 	pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, obs *observation) {
 	if flow.Spec.Seek == nil || seekFinished(flow) || obs.Executor != "" {
 		return
@@ -205,7 +274,7 @@ func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flo
 			continue
 		}
 		obs.Executor = o.Pod
-		status, err := r.Agents.PutFlow(ctx, target(&pods[i]), desiredRequest(flow, eff, obs.Revision, true))
+		status, err := r.Agents.PutFlow(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
 		obs.Outcomes[i] = podOutcome{Pod: o.Pod, Status: &status, Err: err}
 		if err != nil {
 			obs.Outcomes[i].Status = nil
@@ -214,13 +283,16 @@ func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flo
 	}
 }
 
-func anyStale(outcomes []podOutcome) bool {
+// newestStale returns the highest revision agents reported holding in a 409, or 0.
+func newestStale(outcomes []podOutcome) int64 {
+	var newest int64
 	for _, o := range outcomes {
-		if IsStale(o.Err) {
-			return true
+		var agentErr *AgentError
+		if IsStale(o.Err) && errors.As(o.Err, &agentErr) {
+			newest = max(newest, agentErr.AppliedRevision)
 		}
 	}
-	return false
+	return newest
 }
 
 func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, token string) func(*corev1.Pod) AgentTarget {
@@ -235,34 +307,34 @@ func tokenRefText(flow *subflowv1.SubscriptionFlow) string {
 	return fmt.Sprintf("%s/%s key %s", flow.Namespace, name, key)
 }
 
-func agentsByState(st subflowv1.SubscriptionFlowStatus) map[string]int {
-	counts := map[string]int{}
-	for _, a := range st.Agents {
-		counts[a.State]++
-	}
-	return counts
-}
-
-// requeue retries soon while agents are not ready, else at the next window boundary or
-// override expiry, and at the latest after the resync period.
-func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, eff Effective, now time.Time) ctrl.Result {
+// requeue comes back at the next window boundary or override expiry, and at the latest after
+// the resync period; sooner while a seek runs; with a growing delay (1 s doubling to 1 min) while agents are not ready or a holder could not
+// be released.
+func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, obs observation) ctrl.Result {
 	after := r.resync()
-	if !meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionReady) &&
-		!meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionStalled) {
-		after = notReadyRetry
+	ready := meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionReady)
+	if ready {
+		r.retries.reset(flowKey(flow))
+	} else {
+		after = r.retries.next(flowKey(flow))
 	}
-	if eff.Next != nil {
-		if until := eff.Next.Sub(now); until < after {
+	if seekRunning(obs) {
+		after = min(after, seekPoll)
+	}
+	if next := obs.Effective.Next; next != nil {
+		if until := next.Sub(obs.Now); until < after {
 			after = max(until, time.Millisecond)
 		}
 	}
 	return ctrl.Result{RequeueAfter: after}
 }
 
-// reconcileDelete releases the flow's rule in every agent (deletionPolicy Resume) before the
-// finalizer goes. Agents that stay unreachable are given up on after a while, with a warning.
+// reconcileDelete releases the flow's rule in every agent that holds it (deletionPolicy Resume)
+// before the finalizer goes: the recorded holders and any pod matched now. Agents that stay
+// unreachable are given up on after a while, with a warning.
 func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(flow, subflowv1.Finalizer) {
+		r.forget(flowKey(flow))
 		return ctrl.Result{}, nil
 	}
 	if flow.Spec.DeletionPolicy != subflowv1.DeletionRetain {
@@ -270,13 +342,23 @@ func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *
 			return ctrl.Result{}, err
 		} else if len(failed) > 0 {
 			if r.Clock.Now().Sub(flow.DeletionTimestamp.Time) < releaseGiveUpAfter {
-				return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+				return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}, nil
 			}
 			r.event(flow, corev1.EventTypeWarning, "ReleaseFailed", "Gave up releasing agents: %s", listNames(failed))
 		}
 	}
-	forgetFlowMetrics(flow.Namespace, flow.Name)
-	return ctrl.Result{}, r.patchFinalizer(ctx, flow, controllerutil.RemoveFinalizer)
+	if err := r.patchFinalizer(ctx, flow, controllerutil.RemoveFinalizer); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.forget(flowKey(flow))
+	return ctrl.Result{}, nil
+}
+
+// forget drops everything this process keeps about a flow: metrics series, holders, retries.
+func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
+	forgetFlowMetrics(key.Namespace, key.Name)
+	r.holders.forget(key)
+	r.retries.reset(key)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
@@ -290,16 +372,47 @@ func (r *SubscriptionFlowReconciler) patchFinalizer(ctx context.Context, flow *s
 	return client.IgnoreNotFound(r.Patch(ctx, flow, client.MergeFrom(before)))
 }
 
+// releaseAgents sends DELETE to every holder and every pod matched now; it returns the ones
+// that failed. A Secret that cannot be used leaves nothing to authenticate with: all fail.
 func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *subflowv1.SubscriptionFlow) ([]string, error) {
-	pods, err := r.matchedPods(ctx, flow)
-	if err != nil || len(pods) == 0 {
-		return nil, err
+	names := map[string]bool{}
+	for _, name := range r.holders.all(flow) {
+		names[name] = true
+	}
+	if selector, err := selectorOf(flow); err == nil {
+		matched, err := r.matchedPods(ctx, flow, selector)
+		if err != nil {
+			return nil, err
+		}
+		for _, pod := range matched {
+			names[pod.Name] = true
+		}
+	}
+	var pods []corev1.Pod
+	for _, name := range sortedKeys(names) {
+		var pod corev1.Pod
+		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &pod)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		if pushable(&pod) {
+			pods = append(pods, pod)
+		}
+	}
+	if len(pods) == 0 {
+		return nil, nil
 	}
 	token, err := r.agentToken(ctx, flow)
 	if err != nil {
-		return nil, err
+		return []string{"all holders (" + err.Error() + ")"}, nil
 	}
-	return r.releaseAll(ctx, pods, r.targetFunc(flow, token), string(flow.UID)), nil
+	var failed []string
+	for _, f := range r.releaseAll(ctx, pods, r.targetFunc(flow, token), string(flow.UID)) {
+		failed = append(failed, f.String())
+	}
+	return failed, nil
 }
 
 // emitEvents records paired events for transitions between the old and new status.
@@ -352,11 +465,11 @@ func (r *SubscriptionFlowReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Clock = RealClock{}
 	}
 	if r.Agents == nil {
-		r.Agents = NewHTTPAgentClient(DefaultPushTimeout)
+		r.Agents = NewHTTPAgentClient(DefaultPushTimeout, nil)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&subflowv1.SubscriptionFlow{}, builder.WithPredicates(flowSpecOrIntentChanged)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.flowsForPod), builder.WithPredicates(podChangesAgentReach)).
+		Watches(&corev1.Pod{}, r.podEvents(), builder.WithPredicates(podChangesAgentReach)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentFlows}).
 		Named("subscriptionflow").
 		Complete(r)

@@ -34,6 +34,24 @@ type observation struct {
 	// PreviousRevision and PreviousAgents are the status before this reconcile.
 	PreviousRevision int64
 	PreviousAgents   []subflowv1.AgentStatus
+	// HeldBy are the pods that may hold the rule after this reconcile's releases.
+	HeldBy []string
+	// Unreleased are pods that no longer match and whose release failed, with the error.
+	Unreleased []string
+}
+
+// agentStates counts every matched pod's agent by observed state, for metrics (the status
+// lists at most maxAgentsListed).
+func (obs observation) agentStates() map[string]int {
+	counts := map[string]int{}
+	for _, o := range obs.Outcomes {
+		if o.Status == nil {
+			counts["Unreachable"]++
+		} else {
+			counts[commonState(o.Status.Consumers)]++
+		}
+	}
+	return counts
 }
 
 // computeStatus derives the whole status from the observation; old carries over condition
@@ -50,21 +68,24 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 		st.NextTransitionTime = &metav1.Time{Time: *obs.Effective.Next}
 	}
 	st.Pods, st.Consumers, st.Agents = countOutcomes(obs)
+	st.HeldBy = obs.HeldBy
 	st.Seek = seekStatus(flow, obs)
-	setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionFalse, "", "")
 	ready, reason, message := readiness(obs, st)
 	for _, note := range obs.Effective.Notes {
 		message += "; " + note
 	}
 	setCondition(&st, subflowv1.ConditionReady, ready, reason, message)
-	if ready == metav1.ConditionTrue || reason == subflowv1.ReasonAgentAuthFailed {
+	stalled := reason == subflowv1.ReasonAgentAuthFailed || reason == subflowv1.ReasonInvalidSpec
+	if ready == metav1.ConditionTrue || stalled {
 		setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionFalse, "", "")
 	} else {
 		setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionTrue, subflowv1.ReasonProgressing,
 			fmt.Sprintf("Driving agents to %s at revision %d", obs.Effective.State, obs.Revision))
 	}
-	if reason == subflowv1.ReasonAgentAuthFailed {
+	if stalled {
 		setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionTrue, reason, message)
+	} else {
+		setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionFalse, "", "")
 	}
 	paused, pausedReason, pausedMessage := pausedCondition(obs, st)
 	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
@@ -72,7 +93,8 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	return st
 }
 
-// stalledStatus is the status of a flow whose spec cannot be applied.
+// stalledStatus is the status of a flow whose spec cannot be applied: everything observed before
+// stays as it was (agents were not touched), the conditions say why.
 func stalledStatus(flow *subflowv1.SubscriptionFlow, reason, message string) subflowv1.SubscriptionFlowStatus {
 	st := *flow.Status.DeepCopy()
 	st.ObservedGeneration = flow.Generation
@@ -161,19 +183,27 @@ func commonState(consumers []protocol.ConsumerStatus) string {
 	return string(state)
 }
 
-// readiness: auth failures first (they need a person), then unreachable agents, then consumers
-// not yet in the effective state.
+// readiness: what needs a person first (spec problems, auth failures), then unreachable agents,
+// holders not yet released, then consumers not yet in the effective state.
 func readiness(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
+	if len(obs.Effective.Problems) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonInvalidSpec, strings.Join(obs.Effective.Problems, "; ") +
+			"; the rest of the spec applies"
+	}
 	if pods := podsWhere(obs, func(o podOutcome) bool { return IsUnauthorized(o.Err) }); len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonAgentAuthFailed, fmt.Sprintf(
 			"Agents in %s refused the token from Secret %s; make the pods mount the same token", listNames(pods), obs.TokenRef)
 	}
-	if st.Pods.Matched == 0 {
-		return metav1.ConditionTrue, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector"
-	}
 	if pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil }); len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonAgentsUnreachable, fmt.Sprintf(
 			"%d of %d agents unreachable: %s", len(pods), st.Pods.Matched, describeUnreachable(obs))
+	}
+	if pods := obs.Unreleased; len(pods) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonReleasePending, fmt.Sprintf(
+			"Pods that no longer match still hold the rule; releasing: %s", listNames(pods))
+	}
+	if st.Pods.Matched == 0 {
+		return metav1.ConditionTrue, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector"
 	}
 	if lagging := laggingConsumers(obs); len(lagging) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonConsumersConverging, fmt.Sprintf(

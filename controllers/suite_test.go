@@ -73,7 +73,7 @@ func runSuite(m *testing.M) int {
 		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
 	if err == nil {
 		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
-			Agents: controllers.NewHTTPAgentClient(2 * time.Second), Recorder: mgr.GetEventRecorder("subflow-controller"),
+			Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
 			Resync: 10 * time.Second}).SetupWithManager(mgr)
 	}
 	if err == nil {

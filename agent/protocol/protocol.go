@@ -8,8 +8,11 @@ import "time"
 // DefaultPort is the agent's control port when the pod names no container port "subflow".
 const DefaultPort = 9470
 
-// PortName is the container port name the controller looks for on a pod.
+// PortName is the container port name the controller looks for on a pod (plain HTTP).
 const PortName = "subflow"
+
+// TLSPortName names the container port of an agent that serves HTTPS.
+const TLSPortName = "subflow-https"
 
 // PathPrefix is the versioned root of every agent endpoint.
 const PathPrefix = "/subflow/v1"

@@ -28,6 +28,9 @@ const (
 	ReasonAgentsUnreachable = "AgentsUnreachable"
 	// ReasonConsumersConverging (Ready=False): agents answered but some consumers are not yet in the effective state.
 	ReasonConsumersConverging = "ConsumersConverging"
+	// ReasonReleasePending (Ready=False): pods that no longer match still hold the rule; the
+	// controller retries releasing them.
+	ReasonReleasePending = "ReleasePending"
 	// ReasonAgentAuthFailed (Ready=False, Stalled=True): an agent refused the token.
 	ReasonAgentAuthFailed = "AgentAuthFailed"
 	// ReasonInvalidSpec (Ready=False, Stalled=True): the spec passed the API server but cannot be used.

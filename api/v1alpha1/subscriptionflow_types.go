@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -53,6 +55,12 @@ const (
 
 // Finalizer lets the controller release agents' rules before a flow is deleted.
 const Finalizer = "subflow.dev/release-agents"
+
+// MaxWindowDuration is the longest maintenance window the API accepts.
+const MaxWindowDuration = 7 * 24 * time.Hour
+
+// MaxHolders bounds status.heldBy, and so the pods one flow can drive.
+const MaxHolders = 10000
 
 // SubscriptionFlowSpec is the desired flow of one Pulsar subscription in the selected pods.
 // +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && size(self.topic) > 0)",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
@@ -141,20 +149,27 @@ type PartitionIndex struct {
 // MaintenanceWindow is a recurring period during which the flow takes another state.
 type MaintenanceWindow struct {
 	// schedule is a five-field cron expression (minute hour day-of-month month day-of-week) or a
-	// macro such as @daily, telling when the window starts.
+	// macro such as @daily, telling when the window starts, as wall-clock time in timeZone. When
+	// both day-of-month and day-of-week are restricted, a day matching either fires (cron's rule).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|[0-9*?/,A-Za-z-]+( +[0-9*?/,A-Za-z-]+){4})$')",message="schedule must be a five-field cron expression (minute hour day-of-month month day-of-week) or a macro such as @daily"
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[0].matches('^(\\\\*|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?(,(\\\\*|[0-5]?[0-9](-[0-5]?[0-9])?)(/[0-9]+)?)*$')",message="schedule minute field must use 0-59"
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[1].matches('^(\\\\*|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[0-9]+)?(,(\\\\*|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[0-9]+)?)*$')",message="schedule hour field must use 0-23"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[0].matches('^(\\\\*|\\\\?|[0-5]?[0-9](-[0-5]?[0-9])?)(/[1-9][0-9]*)?(,(\\\\*|\\\\?|[0-5]?[0-9](-[0-5]?[0-9])?)(/[1-9][0-9]*)?)*$')",message="schedule minute field must use 0-59"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[1].matches('^(\\\\*|\\\\?|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[1-9][0-9]*)?(,(\\\\*|\\\\?|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?)(/[1-9][0-9]*)?)*$')",message="schedule hour field must use 0-23"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[2].matches('^(\\\\*|\\\\?|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]*)?(,(\\\\*|\\\\?|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]*)?)*$')",message="schedule day-of-month field must use 1-31"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[3].matches('^(\\\\*|\\\\?|(0?[1-9]|1[0-2]|[Jj][Aa][Nn]|[Ff][Ee][Bb]|[Mm][Aa][Rr]|[Aa][Pp][Rr]|[Mm][Aa][Yy]|[Jj][Uu][Nn]|[Jj][Uu][Ll]|[Aa][Uu][Gg]|[Ss][Ee][Pp]|[Oo][Cc][Tt]|[Nn][Oo][Vv]|[Dd][Ee][Cc])(-(0?[1-9]|1[0-2]|[Jj][Aa][Nn]|[Ff][Ee][Bb]|[Mm][Aa][Rr]|[Aa][Pp][Rr]|[Mm][Aa][Yy]|[Jj][Uu][Nn]|[Jj][Uu][Ll]|[Aa][Uu][Gg]|[Ss][Ee][Pp]|[Oo][Cc][Tt]|[Nn][Oo][Vv]|[Dd][Ee][Cc]))?)(/[1-9][0-9]*)?(,(\\\\*|\\\\?|(0?[1-9]|1[0-2]|[Jj][Aa][Nn]|[Ff][Ee][Bb]|[Mm][Aa][Rr]|[Aa][Pp][Rr]|[Mm][Aa][Yy]|[Jj][Uu][Nn]|[Jj][Uu][Ll]|[Aa][Uu][Gg]|[Ss][Ee][Pp]|[Oo][Cc][Tt]|[Nn][Oo][Vv]|[Dd][Ee][Cc])(-(0?[1-9]|1[0-2]|[Jj][Aa][Nn]|[Ff][Ee][Bb]|[Mm][Aa][Rr]|[Aa][Pp][Rr]|[Mm][Aa][Yy]|[Jj][Uu][Nn]|[Jj][Uu][Ll]|[Aa][Uu][Gg]|[Ss][Ee][Pp]|[Oo][Cc][Tt]|[Nn][Oo][Vv]|[Dd][Ee][Cc]))?)(/[1-9][0-9]*)?)*$')",message="schedule month field must use 1-12 or jan-dec"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || self.split(' ').filter(f, f != '')[4].matches('^(\\\\*|\\\\?|([0-6]|[Ss][Uu][Nn]|[Mm][Oo][Nn]|[Tt][Uu][Ee]|[Ww][Ee][Dd]|[Tt][Hh][Uu]|[Ff][Rr][Ii]|[Ss][Aa][Tt])(-([0-6]|[Ss][Uu][Nn]|[Mm][Oo][Nn]|[Tt][Uu][Ee]|[Ww][Ee][Dd]|[Tt][Hh][Uu]|[Ff][Rr][Ii]|[Ss][Aa][Tt]))?)(/[1-9][0-9]*)?(,(\\\\*|\\\\?|([0-6]|[Ss][Uu][Nn]|[Mm][Oo][Nn]|[Tt][Uu][Ee]|[Ww][Ee][Dd]|[Tt][Hh][Uu]|[Ff][Rr][Ii]|[Ss][Aa][Tt])(-([0-6]|[Ss][Uu][Nn]|[Mm][Oo][Nn]|[Tt][Uu][Ee]|[Ww][Ee][Dd]|[Tt][Hh][Uu]|[Ff][Rr][Ii]|[Ss][Aa][Tt]))?)(/[1-9][0-9]*)?)*$')",message="schedule day-of-week field must use 0-6 or sun-sat"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('@') || size(self.split(' ').filter(f, f != '')) != 5 || !(self.split(' ').filter(f, f != '')[4] in ['*', '?'] && ((self.split(' ').filter(f, f != '')[2].matches('^(30|31)(,(30|31))*$') && self.split(' ').filter(f, f != '')[3].matches('^(0?2|[Ff][Ee][Bb])(,(0?2|[Ff][Ee][Bb]))*$')) || (self.split(' ').filter(f, f != '')[2].matches('^31(,31)*$') && self.split(' ').filter(f, f != '')[3].matches('^(0?[2469]|11|[Ff][Ee][Bb]|[Aa][Pp][Rr]|[Jj][Uu][Nn]|[Ss][Ee][Pp]|[Nn][Oo][Vv])(,(0?[2469]|11|[Ff][Ee][Bb]|[Aa][Pp][Rr]|[Jj][Uu][Nn]|[Ss][Ee][Pp]|[Nn][Oo][Vv]))*$'))))",message="schedule never fires: no listed month has that day of the month"
 	Schedule string `json:"schedule"`
 
-	// duration is how long each window lasts, e.g. 2h or 90m.
+	// duration is how long each window lasts in elapsed time, e.g. 2h or 90m; at most 168h.
 	// +required
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="duration must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('168h')",message="duration must be at most 168h (7 days)"
 	Duration metav1.Duration `json:"duration"`
 
 	// timeZone is the IANA time zone of the schedule, e.g. Europe/Berlin. Defaults to UTC.
@@ -234,6 +249,15 @@ type SubscriptionFlowStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=50
 	Agents []AgentStatus `json:"agents,omitempty"`
+
+	// heldBy lists the pods whose agents may hold this flow's rule. It is written before a pod is
+	// first pushed to, so that a pod that stops matching, or every holder when the flow is
+	// deleted, is released even by a restarted controller.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MaxLength=253
+	HeldBy []string `json:"heldBy,omitempty"`
 
 	// seek reports the last seek request.
 	// +optional

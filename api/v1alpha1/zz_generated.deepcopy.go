@@ -296,6 +296,11 @@ func (in *SubscriptionFlowStatus) DeepCopyInto(out *SubscriptionFlowStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.HeldBy != nil {
+		in, out := &in.HeldBy, &out.HeldBy
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Seek != nil {
 		in, out := &in.Seek, &out.Seek
 		*out = new(SeekStatus)

@@ -119,7 +119,7 @@ func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *r
 		return err
 	}
 	r := &controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: w.clock,
-		Agents: controllers.NewHTTPAgentClient(2 * time.Second), Recorder: mgr.GetEventRecorder("subflow-controller"),
+		Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
 		Resync: 30 * time.Second}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -1,0 +1,157 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// Holders are the pods whose agents may hold a flow's rule. The controller records a pod in
+// status.heldBy before it first pushes to it, so that whoever reconciles later - this process or
+// a restarted one - can release it when it stops matching or the flow goes, whatever the
+// selector says then. The book below keeps the same set in memory, because the informer's copy
+// of the status may lag this process's own writes.
+
+// holderBook is the in-memory copy of every flow's holders, by flow.
+type holderBook struct {
+	mu     sync.Mutex
+	byFlow map[types.NamespacedName]heldPods
+}
+
+type heldPods struct {
+	uid  types.UID // a recreated flow starts a new set
+	pods map[string]bool
+}
+
+func flowKey(flow *subflowv1.SubscriptionFlow) types.NamespacedName {
+	return types.NamespacedName{Namespace: flow.Namespace, Name: flow.Name}
+}
+
+// all returns the union of the recorded and remembered holders, sorted.
+func (b *holderBook) all(flow *subflowv1.SubscriptionFlow) []string {
+	set := map[string]bool{}
+	for _, pod := range flow.Status.HeldBy {
+		set[pod] = true
+	}
+	b.mu.Lock()
+	if held, ok := b.byFlow[flowKey(flow)]; ok && held.uid == flow.UID {
+		for pod := range held.pods {
+			set[pod] = true
+		}
+	}
+	b.mu.Unlock()
+	return sortedKeys(set)
+}
+
+func (b *holderBook) has(flow *subflowv1.SubscriptionFlow, pod string) bool {
+	if slices.Contains(flow.Status.HeldBy, pod) {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held, ok := b.byFlow[flowKey(flow)]
+	return ok && held.uid == flow.UID && held.pods[pod]
+}
+
+// set replaces the remembered holders of flow.
+func (b *holderBook) set(flow *subflowv1.SubscriptionFlow, pods []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byFlow == nil {
+		b.byFlow = map[types.NamespacedName]heldPods{}
+	}
+	held := heldPods{uid: flow.UID, pods: make(map[string]bool, len(pods))}
+	for _, pod := range pods {
+		held.pods[pod] = true
+	}
+	b.byFlow[flowKey(flow)] = held
+}
+
+func (b *holderBook) forget(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.byFlow, key)
+}
+
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// recordHolders adds the pods about to be pushed to status.heldBy, written before the push.
+// It returns the holders after the write.
+func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow *subflowv1.SubscriptionFlow, holders []string, pods []corev1.Pod) ([]string, error) {
+	set := make(map[string]bool, len(holders)+len(pods))
+	for _, pod := range holders {
+		set[pod] = true
+	}
+	added := false
+	for i := range pods {
+		if pushable(&pods[i]) && !set[pods[i].Name] {
+			set[pods[i].Name], added = true, true
+		}
+	}
+	all := sortedKeys(set)
+	if !added && slices.Equal(all, flow.Status.HeldBy) {
+		return all, nil
+	}
+	before := flow.DeepCopy()
+	flow.Status.HeldBy = all
+	if err := r.Status().Patch(ctx, flow, client.MergeFrom(before)); err != nil {
+		return nil, err
+	}
+	r.holders.set(flow, all)
+	return all, nil
+}
+
+// releaseStale sends DELETE to every holder that no longer matches. It returns the holders
+// left (those matched, and those whose release failed: retried on the next reconcile), the
+// pods released, and the failures. A pod that is gone, or terminating, holds nothing any more.
+func (r *SubscriptionFlowReconciler) releaseStale(ctx context.Context, flow *subflowv1.SubscriptionFlow, holders []string,
+	matched []corev1.Pod, target func(*corev1.Pod) AgentTarget) (kept, released, failed []string, err error) {
+	isMatched := make(map[string]bool, len(matched))
+	for i := range matched {
+		isMatched[matched[i].Name] = true
+	}
+	var stale []corev1.Pod
+	for _, name := range holders {
+		if isMatched[name] {
+			kept = append(kept, name)
+			continue
+		}
+		var pod corev1.Pod
+		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &pod)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, nil, nil, err
+		case pushable(&pod):
+			stale = append(stale, pod)
+		}
+	}
+	failures := map[string]string{}
+	for _, f := range r.releaseAll(ctx, stale, target, string(flow.UID)) {
+		failures[f.pod] = f.String()
+	}
+	for _, pod := range stale {
+		if text, ok := failures[pod.Name]; ok {
+			kept, failed = append(kept, pod.Name), append(failed, text)
+		} else {
+			released = append(released, pod.Name)
+		}
+	}
+	sort.Strings(kept)
+	return kept, released, failed, nil
+}
