@@ -331,3 +331,31 @@ func TestBypassIsReported(t *testing.T) {
 		t.Fatalf("recorded FLOWs of a bypassing consumer: %+v", flows)
 	}
 }
+
+// A partitioned topic's base name selects every partition's consumer.
+func TestPartitionedTopicByBaseName(t *testing.T) {
+	b, p := startPair(t)
+	if err := b.CreatePartitionedTopic("parts", 3); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, p.ServiceURL())
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "parts", SubscriptionName: "sub", ReceiverQueueSize: 6})
+	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "parts", DisableBatching: true})
+	produce(t, prod, "m", 12)
+	receive(t, cons, 12)
+	barrier(t, p, cons)
+
+	subs := p.Consumers(Filter{Topic: "parts"})
+	if len(subs) != 3 {
+		t.Fatalf("want one consumer per partition, got %+v", subs)
+	}
+	if got := p.Delivered(Filter{Topic: "parts"}); got != 12 {
+		t.Fatalf("delivered %d, want 12", got)
+	}
+	if got := p.Delivered(Filter{Topic: "persistent://public/default/parts-partition-1"}) + p.Delivered(Filter{Topic: "parts-partition-0"}) + p.Delivered(Filter{Topic: "public/default/parts-partition-2"}); got != 12 {
+		t.Fatalf("partitions delivered %d in all, want 12", got)
+	}
+	if got := p.Delivered(Filter{Topic: "part"}); got != 0 {
+		t.Fatalf("a prefix of the name matched %d messages", got)
+	}
+}
