@@ -22,7 +22,8 @@ import (
 type Options struct {
 	// Listener, when set, is where the proxy accepts clients. Bind it
 	// before starting the broker when the broker must advertise the proxy's
-	// address; otherwise the proxy listens on a random 127.0.0.1 port.
+	// address; otherwise the proxy listens on a random 127.0.0.1 port. Close
+	// closes it.
 	Listener net.Listener
 
 	// RewriteLookups sets proxy_through_service_url on LOOKUP_RESPONSE
