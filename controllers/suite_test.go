@@ -69,15 +69,27 @@ func runSuite(m *testing.M) int {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = subflowv1.AddToScheme(scheme)
 	skip := true
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err == nil {
-		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
-			Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
-			Resync: 10 * time.Second}).SetupWithManager(mgr)
+		err = applyControllerRBAC(context.Background(), k8s)
 	}
 	if err == nil {
-		k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+		agentTLS, err = newTestCA()
+	}
+	var mgr ctrl.Manager
+	if err == nil {
+		// The manager runs as the controller's ServiceAccount with the deployed RBAC.
+		mgr, err = ctrl.NewManager(asController(cfg), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+			Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
+	}
+	if err == nil {
+		// No periodic resync within a test's time: every recovery must come from a watch or a
+		// retry, not from the fallback.
+		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
+			Agents: controllers.NewHTTPAgentClient(2*time.Second, agentTLS.client), Recorder: mgr.GetEventRecorder("subflow-controller"),
+			Resync: time.Hour}).SetupWithManager(mgr)
+	}
+	if err == nil {
 		cached = mgr.GetClient()
 	}
 	if err != nil {
@@ -125,10 +137,15 @@ func startPod(t *testing.T, ns, name, topic, token string) *podsim.Pod {
 // kubelet would once it runs.
 func createPod(t testing.TB, ns, name string, port int) *corev1.Pod {
 	t.Helper()
+	return createPodWithPort(t, ns, name, "subflow", port)
+}
+
+func createPodWithPort(t testing.TB, ns, name, portName string, port int) *corev1.Pod {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "worker"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "worker:1",
-			Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(port)}}}}},
+			Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: int32(port)}}}}},
 	}
 	if err := k8s.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)

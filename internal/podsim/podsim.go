@@ -30,6 +30,8 @@ type Options struct {
 	Addr string
 	// Client is a shared Pulsar client; nil means the pod creates (and closes) its own.
 	Client pulsar.Client
+	// TLSCertFile and TLSKeyFile make the control server serve https.
+	TLSCertFile, TLSKeyFile string
 }
 
 // Pod is a running simulated pod.
@@ -58,7 +60,7 @@ func Start(opts Options) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := control.New(a, control.Options{Token: opts.Token})
+	srv, err := control.New(a, control.Options{Token: opts.Token, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile})
 	if err != nil {
 		return nil, err
 	}
