@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -225,4 +228,86 @@ func rssMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkReleaseAfterRelabel measures label change -> the relabelled pod's consumer runs
+// again (its agent got the DELETE), one sample per pod: each round relabels 10 of 20 pods out
+// of a Paused flow, then back. 10 rounds per iteration, so >= 100 samples.
+func BenchmarkReleaseAfterRelabel(b *testing.B) {
+	ns := namespace(b, true)
+	topic := "release-" + ns
+	pods := startAgents(b, ns, topic, 20)
+	flow := newFlow(ns, "release", topic, subflowv1.StatePaused)
+	if err := k8s.Create(context.Background(), flow); err != nil {
+		b.Fatal(err)
+	}
+	waitAll(b, pods, protocol.Paused)
+	moved := pods[:10]
+	relabel := func(app string) {
+		for _, p := range moved {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Name}}
+			patch := fmt.Sprintf(`{"metadata":{"labels":{"app":%q}}}`, app)
+			if err := k8s.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var samples []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for range 10 {
+			start := time.Now()
+			relabel("elsewhere")
+			waitAll(b, moved, protocol.Running)
+			for _, p := range moved {
+				samples = append(samples, p.Consumer.Status().Since.Sub(start))
+			}
+			b.StopTimer()
+			relabel("worker")
+			waitAll(b, moved, protocol.Paused)
+			b.StartTimer()
+		}
+	}
+	reportLatencies(b, samples)
+}
+
+// BenchmarkNewPodReached measures a new matched pod's Pod object created -> its agent Paused
+// by the controller's Pod watch (no resync), one sample per pod, 100 pods per iteration.
+func BenchmarkNewPodReached(b *testing.B) {
+	ns := namespace(b, true)
+	topic := "reach-" + ns
+	flow := newFlow(ns, "reach", topic, subflowv1.StatePaused)
+	if err := k8s.Create(context.Background(), flow); err != nil {
+		b.Fatal(err)
+	}
+	shared, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(shared.Close)
+	var samples []time.Duration
+	for i := 0; i < b.N; i++ {
+		for j := range 100 {
+			b.StopTimer()
+			name := fmt.Sprintf("pod-%d-%02d", i, j)
+			p, err := podsim.Start(podsim.Options{Name: name, Client: shared, Token: testToken, Topic: topic,
+				Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.Close)
+			b.StartTimer()
+			start := time.Now()
+			createPod(b, ns, name, p.Port)
+			waitAll(b, []*podsim.Pod{p}, protocol.Paused)
+			samples = append(samples, p.Consumer.Status().Since.Sub(start))
+		}
+	}
+	reportLatencies(b, samples)
+}
+
+func reportLatencies(b *testing.B, samples []time.Duration) {
+	b.ReportMetric(ms(percentile(samples, 50)), "p50-ms")
+	b.ReportMetric(ms(percentile(samples, 99)), "p99-ms")
+	b.ReportMetric(float64(len(samples)), "samples")
 }

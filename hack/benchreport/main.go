@@ -28,6 +28,7 @@ type options struct {
 	bench     string
 	benchtime string
 	timeout   time.Duration
+	dirty     bool
 }
 
 func main() {
@@ -44,6 +45,7 @@ func parseFlags() options {
 	flag.StringVar(&o.bench, "bench", ".", "benchmark regexp passed to go test -bench")
 	flag.StringVar(&o.benchtime, "benchtime", "", "passed to go test -benchtime when set")
 	flag.DurationVar(&o.timeout, "timeout", 60*time.Minute, "go test -timeout per package")
+	flag.BoolVar(&o.dirty, "allow-dirty", false, "measure a tree with uncommitted changes (the report says so); by default refuse, so that every report names the commit it measured")
 	flag.Parse()
 	o.patterns = flag.Args()
 	if len(o.patterns) == 0 {
@@ -53,6 +55,9 @@ func parseFlags() options {
 }
 
 func run(o options) error {
+	if o.input == "" && !o.dirty && treeIsDirty() {
+		return errors.New("the tree has uncommitted changes: commit first so that the report names what it measured, or pass -allow-dirty")
+	}
 	if o.output == "" {
 		root, err := moduleRoot()
 		if err != nil {

@@ -37,7 +37,11 @@ var targets = []Target{
 	{Text: "Seek by index, 10^7 entries: under 1 s", Benchmark: `^BenchmarkSeekProbes/entries=10000000/`, Unit: "ns/op", Cmp: "<", Threshold: 1e9},
 	{Text: "Controller: full resync of 1000 flows x 10 pods under 10 s", Benchmark: `^BenchmarkFullResync$`, Unit: "resync-ms", Cmp: "<", Threshold: 10_000},
 	{Text: "Controller: RSS under 200 MiB", Benchmark: `^BenchmarkFullResync$`, Unit: "rss-MiB", Cmp: "<", Threshold: 200},
-	{Text: "Test broker throughput (context: the ceiling for the consume benchmarks)", Benchmark: `^BenchmarkProduceConsume/`, Unit: "msgs/s"},
+	{Text: "Release: a relabelled pod's agent released, p99 <= 1 s", Benchmark: `^BenchmarkReleaseAfterRelabel$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "New matched pod reached by the controller, p99 (context)", Benchmark: `^BenchmarkNewPodReached$`, Unit: "p99-ms"},
+	{Text: "Schedule math: worst accepted spec per evaluation, p99 <= 5 ms", Benchmark: `^BenchmarkWorstAcceptedSchedule$`, Unit: "p99-ms", Cmp: "<=", Threshold: 5},
+	{Text: "Hostile clients: authenticated push with 500 slow-body connections open, p99 <= 1 s", Benchmark: `^BenchmarkPushUnderSlowClients`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Test broker produce+consume throughput (context; the consume benchmarks drain a pre-produced backlog instead)", Benchmark: `^BenchmarkProduceConsume/`, Unit: "msgs/s"},
 }
 
 // Verdict is a target checked against one benchmark (or "not measured" without one).
