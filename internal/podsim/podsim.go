@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
@@ -32,6 +33,9 @@ type Options struct {
 	Client pulsar.Client
 	// TLSCertFile and TLSKeyFile make the control server serve https.
 	TLSCertFile, TLSKeyFile string
+	// ProcessingTime is how long the application works on each message (a slow downstream);
+	// zero means it acknowledges at once.
+	ProcessingTime time.Duration
 }
 
 // Pod is a running simulated pod.
@@ -44,6 +48,7 @@ type Pod struct {
 
 	client     pulsar.Client
 	ownsClient bool
+	processing time.Duration
 	cancel     context.CancelFunc
 	done       sync.WaitGroup
 
@@ -69,7 +74,8 @@ func Start(opts Options) (*Pod, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pod{Name: opts.Name, Addr: listener.Addr().String(), Port: listener.Addr().(*net.TCPAddr).Port, Agent: a, cancel: cancel}
+	p := &Pod{Name: opts.Name, Addr: listener.Addr().String(), Port: listener.Addr().(*net.TCPAddr).Port, Agent: a, cancel: cancel,
+		processing: opts.ProcessingTime}
 	p.done.Add(1)
 	go func() { defer p.done.Done(); _ = srv.Serve(ctx, listener) }()
 
@@ -104,6 +110,12 @@ func (p *Pod) consume(ctx context.Context) {
 		p.mu.Lock()
 		p.payloads = append(p.payloads, string(msg.Payload()))
 		p.mu.Unlock()
+		if p.processing > 0 {
+			select {
+			case <-time.After(p.processing):
+			case <-ctx.Done():
+			}
+		}
 		_ = p.Consumer.Ack(msg)
 	}
 }
