@@ -18,15 +18,18 @@ import (
 func (b *Broker) adminHandler() http.Handler {
 	const topicPath = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+topicPath+"/internalStats", b.withTopic(b.internalStats))
-	mux.HandleFunc("GET "+topicPath+"/ledger/{ledger}/entry/{entry}", b.withTopic(b.messageByID))
-	mux.HandleFunc("GET "+topicPath+"/getMessageIdByIndex", b.messageIDByIndex)
-	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor", b.resetCursorToID)
-	mux.HandleFunc("POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", b.resetCursorToTime)
-	mux.HandleFunc("GET "+topicPath+"/stats", b.topicStats)
+	owned := func(pattern string, h http.HandlerFunc) { mux.HandleFunc(pattern, b.ownedTopic(h)) }
+	owned("GET "+topicPath+"/internalStats", b.withTopic(b.internalStats))
+	owned("GET "+topicPath+"/ledger/{ledger}/entry/{entry}", b.withTopic(b.messageByID))
+	owned("GET "+topicPath+"/getMessageIdByIndex", b.messageIDByIndex)
+	owned("POST "+topicPath+"/subscription/{sub}/resetcursor", b.resetCursorToID)
+	owned("POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", b.resetCursorToTime)
+	owned("GET "+topicPath+"/stats", b.topicStats)
+	// partitioned-stats and partition metadata are answered by any broker.
 	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.partitionedStats)
 	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
 	mux.HandleFunc("GET "+topicPath+"/partitions", b.partitionMetadata)
+	b.policyRoutes(mux, owned)
 	return mux
 }
 
@@ -352,12 +355,16 @@ type consumerStatsJSON struct {
 }
 
 type subscriptionStatsJSON struct {
-	MsgOutCounter   int64               `json:"msgOutCounter"`
-	MsgBacklog      int64               `json:"msgBacklog"`
-	UnackedMessages int64               `json:"unackedMessages"`
-	Type            string              `json:"type"`
-	IsDurable       bool                `json:"isDurable"`
-	Consumers       []consumerStatsJSON `json:"consumers"`
+	MsgOutCounter                   int64               `json:"msgOutCounter"`
+	MsgBacklog                      int64               `json:"msgBacklog"`
+	BacklogSize                     int64               `json:"backlogSize"`
+	EarliestMsgPublishTimeInBacklog int64               `json:"earliestMsgPublishTimeInBacklog"`
+	TotalMsgExpired                 int64               `json:"totalMsgExpired"`
+	LastExpireTimestamp             int64               `json:"lastExpireTimestamp"`
+	UnackedMessages                 int64               `json:"unackedMessages"`
+	Type                            string              `json:"type"`
+	IsDurable                       bool                `json:"isDurable"`
+	Consumers                       []consumerStatsJSON `json:"consumers"`
 }
 
 type publisherJSON struct {
@@ -367,11 +374,13 @@ type publisherJSON struct {
 }
 
 type topicStatsJSON struct {
-	MsgInCounter  int64                            `json:"msgInCounter"`
-	MsgOutCounter int64                            `json:"msgOutCounter"`
-	StorageSize   int64                            `json:"storageSize"`
-	Publishers    []publisherJSON                  `json:"publishers"`
-	Subscriptions map[string]subscriptionStatsJSON `json:"subscriptions"`
+	MsgInCounter                     int64                            `json:"msgInCounter"`
+	MsgOutCounter                    int64                            `json:"msgOutCounter"`
+	StorageSize                      int64                            `json:"storageSize"`
+	BacklogSize                      int64                            `json:"backlogSize"`
+	EarliestMsgPublishTimeInBacklogs int64                            `json:"earliestMsgPublishTimeInBacklogs"`
+	Publishers                       []publisherJSON                  `json:"publishers"`
+	Subscriptions                    map[string]subscriptionStatsJSON `json:"subscriptions"`
 }
 
 // topicStats mirrors TopicStats of one topic or partition; a partitioned
@@ -385,8 +394,11 @@ func (b *Broker) topicStats(w http.ResponseWriter, r *http.Request) {
 }
 
 // partitionedStats aggregates the partitions of a partitioned topic (or
-// answers for one topic).
+// answers for one topic). As in PersistentTopics.getStats, backlogSize is
+// the estimated backlog (subscriptionBacklogSize defaults to true) and the
+// earliest publish times are computed only when getEarliestTimeInBacklog=true.
 func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
+	earliest := r.URL.Query().Get("getEarliestTimeInBacklog") == "true"
 	topics := b.topicsNamed(fullFromPath(r))
 	if len(topics) == 0 {
 		writeReason(w, http.StatusNotFound, "Topic not found")
@@ -397,6 +409,7 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 		t.mu.Lock()
 		out.MsgInCounter += t.msgIn
 		out.StorageSize += t.size
+		out.BacklogSize += t.estimatedBacklogSize()
 		for p := range t.producers {
 			out.Publishers = append(out.Publishers, publisherJSON{ProducerID: p.id, ProducerName: p.name, Address: p.conn.nc.RemoteAddr().String()})
 		}
@@ -405,6 +418,13 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 			ss.Type, ss.IsDurable = subTypeName(s.kind), s.durable
 			ss.MsgOutCounter += s.dispatched
 			ss.MsgBacklog += s.backlog()
+			ss.BacklogSize += t.sizeFrom(s.markDelete)
+			ss.TotalMsgExpired += s.expired
+			ss.LastExpireTimestamp = max(ss.LastExpireTimestamp, s.lastExpire)
+			if p := s.earliestPublishTime(); earliest && p > 0 {
+				ss.EarliestMsgPublishTimeInBacklog = earliestOf(ss.EarliestMsgPublishTimeInBacklog, p)
+				out.EarliestMsgPublishTimeInBacklogs = earliestOf(out.EarliestMsgPublishTimeInBacklogs, p)
+			}
 			out.MsgOutCounter += s.dispatched
 			for _, c := range s.consumers {
 				ss.UnackedMessages += c.unackedMsgs
@@ -424,6 +444,14 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 }
 
 func subTypeName(k subType) string { return k.String() }
+
+// earliestOf keeps the earlier of two times where 0 means none.
+func earliestOf(a, b int64) int64 {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
 
 func (b *Broker) createPartitions(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))

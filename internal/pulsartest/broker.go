@@ -58,9 +58,28 @@ type Options struct {
 	// broker's advertisedAddress); empty means ServiceURL. Point it at a
 	// proxy to put the proxy between the client and the broker.
 	AdvertisedURL string
-	// Clock gives the time for message TTL and broker timestamps; nil means
-	// time.Now. Tests move it to expire messages without sleeping.
+	// Clock gives the time for message TTL, backlog quotas and broker
+	// timestamps; nil means time.Now. Tests move it to expire messages
+	// without sleeping, then call RunExpiryCheck or CheckBacklogQuotas.
 	Clock func() time.Time
+
+	// DefaultMessageTTL is ttlDurationDefaultInSeconds (default 0: no TTL),
+	// used where neither the topic nor its namespace sets messageTTL.
+	DefaultMessageTTL time.Duration
+	// DefaultBacklogQuota is backlogQuotaDefaultLimitBytes,
+	// backlogQuotaDefaultLimitSecond and backlogQuotaDefaultRetentionPolicy;
+	// nil means no limit (-1, -1, producer_request_hold).
+	DefaultBacklogQuota *BacklogQuota
+	// PreciseTimeBasedBacklogQuotaCheck is preciseTimeBasedBacklogQuotaCheck
+	// (default false): a message_age quota then expires messages older than
+	// 90% of limitTime instead of skipping whole closed ledgers.
+	PreciseTimeBasedBacklogQuotaCheck bool
+	// MessageExpiryCheckInterval is messageExpiryCheckIntervalInMinutes (5m)
+	// and BacklogQuotaCheckInterval is backlogQuotaCheckIntervalInSeconds
+	// (60s): how often the broker runs the checks by itself. 0 means the
+	// default; negative means never (tests call the checks explicitly).
+	MessageExpiryCheckInterval time.Duration
+	BacklogQuotaCheckInterval  time.Duration
 }
 
 // withDefaults resolves zero values to the 4.x defaults.
@@ -89,29 +108,28 @@ func (o Options) withDefaults() Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.MessageExpiryCheckInterval == 0 {
+		o.MessageExpiryCheckInterval = 5 * time.Minute
+	}
+	if o.BacklogQuotaCheckInterval == 0 {
+		o.BacklogQuotaCheckInterval = time.Minute
+	}
 	return o
 }
 
 // Broker is a running test broker.
 type Broker struct {
 	opts      Options
+	st        *store // shared with the other brokers of a cluster
 	binary    net.Listener
 	admin     *http.Server
 	adminAddr string
 	latency   atomic.Int64 // nanoseconds added before handling each command
 
-	nextLedger   atomic.Uint64
-	nextConnID   atomic.Uint64
-	nextProducer atomic.Uint64
-
-	mu          sync.Mutex
-	topics      map[string]*topic // by full name; partitions have their own entry
-	partitioned map[string]int    // base full name -> partitions
-	conns       map[*conn]struct{}
-	closed      bool
-
-	flowMu sync.Mutex
-	flows  []Flow
+	mu     sync.Mutex // guards conns and closed
+	conns  map[*conn]struct{}
+	closed bool
+	stop   chan struct{} // ends the periodic checks
 
 	// legacyPermitRemoval models the broker before the permit-accounting
 	// fix: removing a consumer subtracts all its permits from the dispatcher
@@ -119,6 +137,39 @@ type Broker struct {
 	legacyPermitRemoval bool
 
 	wg sync.WaitGroup
+}
+
+// store is what the brokers of a cluster share, as Pulsar brokers share
+// BookKeeper and the metadata store: topics with their ledgers and cursors,
+// partition metadata, policies, topic ownership and the FLOW record. Its
+// mutex is never held while taking a topic's mutex.
+type store struct {
+	mu          sync.Mutex
+	topics      map[string]*topic // by full name; partitions have their own entry
+	partitioned map[string]int    // base full name -> partitions
+	brokers     []*Broker         // the cluster, leader first; a lone broker is a cluster of one
+	owner       map[string]*Broker
+	assigned    map[string]int // broker index chosen by a test for a topic (partition)
+	policies    policies
+
+	nextLedger   atomic.Uint64
+	nextConnID   atomic.Uint64
+	nextProducer atomic.Uint64
+
+	flowMu sync.Mutex
+	flows  []Flow
+}
+
+func newStore() *store {
+	st := &store{
+		topics:      map[string]*topic{},
+		partitioned: map[string]int{},
+		owner:       map[string]*Broker{},
+		assigned:    map[string]int{},
+		policies:    newPolicies(),
+	}
+	st.nextLedger.Store(10) // ledger ids look like BookKeeper's: small, unique, increasing
+	return st
 }
 
 // Flow is one FLOW command as the broker received it.
@@ -149,7 +200,17 @@ func Start(tb testing.TB, opts ...Options) *Broker {
 
 // New starts a broker on 127.0.0.1 random ports.
 func New(opts Options) (*Broker, error) {
-	opts = opts.withDefaults()
+	st := newStore()
+	b, err := newBroker(opts.withDefaults(), st)
+	if err != nil {
+		return nil, err
+	}
+	st.brokers = []*Broker{b}
+	b.startPeriodicChecks()
+	return b, nil
+}
+
+func newBroker(opts Options, st *store) (*Broker, error) {
 	bin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -160,14 +221,13 @@ func New(opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		opts:        opts,
-		binary:      bin,
-		adminAddr:   adminLn.Addr().String(),
-		topics:      map[string]*topic{},
-		partitioned: map[string]int{},
-		conns:       map[*conn]struct{}{},
+		opts:      opts,
+		st:        st,
+		binary:    bin,
+		adminAddr: adminLn.Addr().String(),
+		conns:     map[*conn]struct{}{},
+		stop:      make(chan struct{}),
 	}
-	b.nextLedger.Store(10) // ledger ids look like BookKeeper's: small, unique, increasing
 	b.admin = &http.Server{Handler: b.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.acceptLoop() }()
@@ -199,6 +259,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
+	close(b.stop)
 	b.mu.Unlock()
 	err := b.binary.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -246,15 +307,16 @@ func (b *Broker) CreatePartitionedTopic(topic string, partitions int) error {
 	if partitions < 1 || tn.partition >= 0 {
 		return fmt.Errorf("cannot partition %q into %d", topic, partitions)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.partitioned[tn.full]; ok {
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.partitioned[tn.full]; ok {
 		return fmt.Errorf("partitioned topic %q already exists", tn.full)
 	}
-	if _, ok := b.topics[tn.full]; ok {
+	if _, ok := st.topics[tn.full]; ok {
 		return fmt.Errorf("topic %q already exists as non-partitioned", tn.full)
 	}
-	b.partitioned[tn.full] = partitions
+	st.partitioned[tn.full] = partitions
 	return nil
 }
 
@@ -266,34 +328,36 @@ func (b *Broker) UpdatePartitionedTopic(topic string, partitions int) error {
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	old, ok := b.partitioned[tn.full]
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old, ok := st.partitioned[tn.full]
 	if !ok {
 		return fmt.Errorf("partitioned topic %q does not exist", tn.full)
 	}
 	if partitions <= old {
 		return fmt.Errorf("partitioned topic %q has %d partitions: it can only grow", tn.full, old)
 	}
-	b.partitioned[tn.full] = partitions
+	st.partitioned[tn.full] = partitions
 	return nil
 }
 
 func (b *Broker) partitionsOf(full string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.partitioned[full]
+	b.st.mu.Lock()
+	defer b.st.mu.Unlock()
+	return b.st.partitioned[full]
 }
 
 // getTopic returns the topic, creating it unless create is false.
 func (b *Broker) getTopic(full string, create bool) *topic {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t := b.topics[full]
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.topics[full]
 	if t == nil && create {
 		tn, _ := parseTopic(full)
 		t = newTopic(b, tn)
-		b.topics[full] = t
+		st.topics[full] = t
 	}
 	return t
 }
@@ -302,18 +366,19 @@ func (b *Broker) getTopic(full string, create bool) *topic {
 // existing partitions.
 func (b *Broker) topicsNamed(name string) []*topic {
 	full := mustFull(name)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n, ok := b.partitioned[full]; ok {
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n, ok := st.partitioned[full]; ok {
 		var out []*topic
 		for i := 0; i < n; i++ {
-			if t := b.topics[partitionName(full, i)]; t != nil {
+			if t := st.topics[partitionName(full, i)]; t != nil {
 				out = append(out, t)
 			}
 		}
 		return out
 	}
-	if t := b.topics[full]; t != nil {
+	if t := st.topics[full]; t != nil {
 		return []*topic{t}
 	}
 	return nil
@@ -321,15 +386,16 @@ func (b *Broker) topicsNamed(name string) []*topic {
 
 func (b *Broker) topicsInNamespace(namespace string) []string {
 	prefix := "persistent://" + namespace + "/"
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	names := map[string]bool{}
-	for full := range b.topics {
+	for full := range st.topics {
 		if strings.HasPrefix(full, prefix) {
 			names[full] = true
 		}
 	}
-	for base, n := range b.partitioned {
+	for base, n := range st.partitioned {
 		if strings.HasPrefix(base, prefix) {
 			for i := 0; i < n; i++ {
 				names[partitionName(base, i)] = true
@@ -340,29 +406,29 @@ func (b *Broker) topicsInNamespace(namespace string) []string {
 }
 
 func (b *Broker) allTopics() []*topic {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
+	b.st.mu.Lock()
+	defer b.st.mu.Unlock()
+	out := make([]*topic, 0, len(b.st.topics))
+	for _, t := range b.st.topics {
 		out = append(out, t)
 	}
 	return out
 }
 
 func (b *Broker) recordFlow(f Flow) {
-	b.flowMu.Lock()
-	b.flows = append(b.flows, f)
-	b.flowMu.Unlock()
+	b.st.flowMu.Lock()
+	b.st.flows = append(b.st.flows, f)
+	b.st.flowMu.Unlock()
 }
 
 // Flows returns every FLOW received from the subscription's consumers, in
 // arrival order; a partitioned topic's base name includes all partitions.
 func (b *Broker) Flows(topic, subscription string) []Flow {
 	full := mustFull(topic)
-	b.flowMu.Lock()
-	defer b.flowMu.Unlock()
+	b.st.flowMu.Lock()
+	defer b.st.flowMu.Unlock()
 	var out []Flow
-	for _, f := range b.flows {
+	for _, f := range b.st.flows {
 		if f.Subscription != subscription {
 			continue
 		}
@@ -398,14 +464,15 @@ func (b *Broker) DropConnections() {
 }
 
 // UnloadTopic closes the producers and consumers of a topic (every partition
-// of a partitioned one), as a broker does when a bundle moves; they reconnect.
+// of a partitioned one) and releases its ownership, as a broker does when a
+// bundle is unloaded; clients look it up again and reconnect.
 func (b *Broker) UnloadTopic(topic string) error {
 	topics := b.topicsNamed(topic)
 	if len(topics) == 0 {
 		return fmt.Errorf("topic %q not found", topic)
 	}
 	for _, t := range topics {
-		t.unload()
+		b.unload(t.name.full)
 	}
 	return nil
 }

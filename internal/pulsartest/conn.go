@@ -28,19 +28,24 @@ type conn struct {
 	mu        sync.Mutex // guards consumers and producers; taken after topic.mu
 	consumers map[uint64]*consumer
 	producers map[uint64]*producer
+	// closedProducers are producers the broker closed (unload, move): SENDs
+	// still in flight for them are ignored (ServerCnx.recentlyClosedProducers).
+	closedProducers map[uint64]struct{}
 
 	entryMetadata bool // the client announced supports_broker_entry_metadata
 }
 
 func (b *Broker) newConn(nc net.Conn) *conn {
 	return &conn{
-		id:        b.nextConnID.Add(1),
+		id:        b.st.nextConnID.Add(1),
 		b:         b,
 		nc:        nc,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		consumers: map[uint64]*consumer{},
 		producers: map[uint64]*producer{},
+
+		closedProducers: map[uint64]struct{}{},
 	}
 }
 
@@ -224,21 +229,6 @@ func (c *conn) handlePartitionedMetadata(req *pb.CommandPartitionedTopicMetadata
 		resp.Partitions = proto.Uint32(uint32(c.b.partitionsOf(tn.full)))
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: resp})
-}
-
-func (c *conn) handleLookup(req *pb.CommandLookupTopic) {
-	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(req.GetRequestId())}
-	if _, err := parseTopic(req.GetTopic()); err != nil {
-		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
-		resp.Error = pb.ServerError_InvalidTopicName.Enum()
-		resp.Message = proto.String(err.Error())
-	} else {
-		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
-		resp.BrokerServiceUrl = proto.String(c.b.advertisedURL())
-		resp.Authoritative = proto.Bool(true)
-		resp.ProxyThroughServiceUrl = proto.Bool(false)
-	}
-	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
 }
 
 func (c *conn) consumer(id uint64) *consumer {

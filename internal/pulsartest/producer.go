@@ -21,17 +21,18 @@ func (c *conn) handleProducer(req *pb.CommandProducer) {
 	}
 	name := req.GetProducerName()
 	if name == "" {
-		name = fmt.Sprintf("pulsartest-%d", c.b.nextProducer.Add(1))
+		name = fmt.Sprintf("pulsartest-%d", c.b.st.nextProducer.Add(1))
 	}
 	t := c.b.getTopic(tn.full, true)
 	p := &producer{id: req.GetProducerId(), name: name, conn: c, t: t}
-	last, ok := t.addProducer(p)
-	if !ok {
-		c.sendError(reqID, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", name))
+	last, code, msg := t.addProducer(p)
+	if msg != "" {
+		c.sendError(reqID, code, msg)
 		return
 	}
 	c.mu.Lock()
 	c.producers[p.id] = p
+	delete(c.closedProducers, p.id)
 	c.mu.Unlock()
 	if c.isClosed() { // the connection closed meanwhile: no ghost producer
 		t.removeProducer(p)
@@ -51,6 +52,12 @@ func (c *conn) handleProducer(req *pb.CommandProducer) {
 
 func (c *conn) handleSend(req *pb.CommandSend, payload []byte) {
 	p := c.producer(req.GetProducerId())
+	if p == nil && c.recentlyClosed(req.GetProducerId()) {
+		// ServerCnx.handleSend: "We expect these messages because we
+		// recently closed the producer"; the client sends them again
+		// after it reconnects.
+		return
+	}
 	if p == nil {
 		c.send(&pb.BaseCommand{
 			Type: pb.BaseCommand_SEND_ERROR.Enum(),
@@ -89,4 +96,11 @@ func (c *conn) handleCloseProducer(req *pb.CommandCloseProducer) {
 		p.t.removeProducer(p)
 	}
 	c.sendSuccess(req.GetRequestId())
+}
+
+func (c *conn) recentlyClosed(producerID uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.closedProducers[producerID]
+	return ok
 }

@@ -40,6 +40,8 @@ type subscription struct {
 	dispatched   int64 // messages
 	ackedMsgs    int64
 	nextShared   int
+	expired      int64 // entries skipped by message TTL (totalMsgExpired)
+	lastExpire   int64 // ms of the last expiry that moved the cursor (lastExpireTimestamp)
 }
 
 // consumer is one SUBSCRIBE on one connection.
@@ -428,8 +430,12 @@ func (c *conn) handleSubscribe(req *pb.CommandSubscribe) {
 	c.sendSuccess(reqID)
 }
 
-// subscribe attaches a consumer; t.mu is held.
+// subscribe attaches a consumer; t.mu is held, so an unload running
+// meanwhile closes the consumer it adds.
 func (t *topic) subscribe(c *conn, req *pb.CommandSubscribe) (*consumer, pb.ServerError, string) {
+	if !c.b.owns(t.name.full) {
+		return nil, pb.ServerError_ServiceNotReady, c.b.notServedError(t.name)
+	}
 	s := t.subs[req.GetSubscription()]
 	if s == nil {
 		start := len(t.entries)

@@ -32,6 +32,7 @@ type ledgerInfo struct {
 	entries int
 	size    int64
 	created time.Time
+	closed  time.Time // when it filled up and was closed (LedgerInfo.timestamp); zero while open
 }
 
 // topic is one non-partitioned topic or one partition. Its mutex guards the
@@ -129,7 +130,7 @@ func (t *topic) entryTime(e *entry) int64 {
 func (t *topic) currentLedger(now time.Time) *ledgerInfo {
 	n := len(t.ledgers)
 	if n == 0 || t.ledgers[n-1].entries >= t.b.opts.EntriesPerLedger {
-		t.ledgers = append(t.ledgers, ledgerInfo{id: t.b.nextLedger.Add(1), first: len(t.entries), created: now})
+		t.ledgers = append(t.ledgers, ledgerInfo{id: t.b.st.nextLedger.Add(1), first: len(t.entries), created: now})
 		n++
 	}
 	return &t.ledgers[n-1]
@@ -178,6 +179,9 @@ func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.Mess
 	e.lastIndex = t.lastIndex
 	e.brokerMeta = t.brokerEntryMeta(e)
 	l.entries++
+	if l.entries >= t.b.opts.EntriesPerLedger {
+		l.closed = now // a full ledger is closed at once; the next append opens a new one
+	}
 	l.size += int64(len(data))
 	t.size += int64(len(data))
 	t.msgIn += int64(messages)
@@ -231,21 +235,26 @@ func (t *topic) lastMessageID() *pb.MessageIdData {
 	return id
 }
 
-// addProducer registers a producer and returns its last stored sequence id;
-// ok is false when a producer of that name is already connected.
-func (t *topic) addProducer(p *producer) (lastSeq int64, ok bool) {
+// addProducer registers a producer and returns its last stored sequence id,
+// or the error to answer: the broker does not own the topic, or a producer
+// of that name is already connected. The ownership check is under t.mu so
+// that an unload running meanwhile closes the producer.
+func (t *topic) addProducer(p *producer) (int64, pb.ServerError, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !p.conn.b.owns(t.name.full) {
+		return 0, pb.ServerError_ServiceNotReady, p.conn.b.notServedError(t.name)
+	}
 	for other := range t.producers {
 		if other.name == p.name {
-			return 0, false
+			return 0, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", p.name)
 		}
 	}
 	t.producers[p] = struct{}{}
 	if last, ok := t.lastSeq[p.name]; ok && t.b.opts.Deduplication {
-		return last, true
+		return last, 0, ""
 	}
-	return -1, true
+	return -1, 0, ""
 }
 
 func (t *topic) removeProducer(p *producer) {
@@ -269,6 +278,9 @@ func (t *topic) unload() {
 	t.mu.Unlock()
 	for _, p := range producers {
 		t.removeProducer(p)
+		p.conn.mu.Lock()
+		p.conn.closedProducers[p.id] = struct{}{}
+		p.conn.mu.Unlock()
 		p.conn.send(&pb.BaseCommand{
 			Type:          pb.BaseCommand_CLOSE_PRODUCER.Enum(),
 			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(^uint64(0))},

@@ -1,0 +1,293 @@
+package pulsartest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+)
+
+func clientOf(t testing.TB, serviceURL string) pulsar.Client {
+	t.Helper()
+	c, err := pulsar.NewClient(pulsar.ClientOptions{
+		URL: serviceURL, OperationTimeout: 15 * time.Second, ConnectionTimeout: 5 * time.Second, Logger: log.DefaultNopLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// clientsOn counts the producers and consumers connected to one broker.
+func clientsOn(b *Broker) (producers, consumers int) {
+	b.mu.Lock()
+	conns := slices.Collect(maps.Keys(b.conns))
+	b.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		producers += len(c.producers)
+		consumers += len(c.consumers)
+		c.mu.Unlock()
+	}
+	return producers, consumers
+}
+
+// The real client follows LOOKUP_RESPONSE Redirect (lookup_service.go) to
+// the broker the leader assigns, and produces and consumes there, whichever
+// broker its service URL names: the leader redirecting with
+// authoritative=true, or a follower sending it to the leader first.
+func TestClusterServesATopicFromItsOwnerWhateverTheServiceURL(t *testing.T) {
+	for _, tc := range []struct{ serviceURL, owner int }{{0, 1}, {1, 0}} {
+		t.Run(fmt.Sprintf("service-url-%d-owner-%d", tc.serviceURL, tc.owner), func(t *testing.T) {
+			cl := StartCluster(t, 2)
+			topic := "owned-elsewhere"
+			if err := cl.MoveTopic(topic, tc.owner); err != nil {
+				t.Fatal(err)
+			}
+			c := clientOf(t, cl.Broker(tc.serviceURL).ServiceURL())
+			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
+			produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: topic}), "m", 10)
+			if got := payloads(receive(t, cons, 10, true)); got[0] != "m-0" || got[9] != "m-9" {
+				t.Fatalf("received %v", got)
+			}
+			if got := cl.Owner(topic); got != tc.owner {
+				t.Fatalf("owner is broker %d, want %d", got, tc.owner)
+			}
+			if p, s := clientsOn(cl.Broker(tc.owner)); p != 1 || s != 1 {
+				t.Fatalf("owner has %d producers and %d consumers, want 1 and 1", p, s)
+			}
+			if p, s := clientsOn(cl.Broker(tc.serviceURL)); p != 0 || s != 0 {
+				t.Fatalf("non-owner has %d producers and %d consumers", p, s)
+			}
+		})
+	}
+}
+
+func lookup(rc *rawClient, topic string, requestID uint64, authoritative bool) *pb.CommandLookupTopicResponse {
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pb.CommandLookupTopic{
+		Topic: ptr(topic), RequestId: ptr(requestID), Authoritative: ptr(authoritative),
+	}})
+	return rc.await("lookup response", func(c *pb.BaseCommand) bool {
+		return c.GetLookupTopicResponse().GetRequestId() == requestID
+	}).GetLookupTopicResponse()
+}
+
+// The lookup answers of NamespaceService.findBrokerServiceUrl /
+// searchForCandidateBroker and TopicLookupBase.lookupTopicAsync.
+func TestClusterLookupAnswers(t *testing.T) {
+	cl := StartCluster(t, 2)
+	leader, follower := dialRaw(t, cl.Broker(0)), dialRaw(t, cl.Broker(1))
+	b0, b1 := cl.Broker(0).ServiceURL(), cl.Broker(1).ServiceURL()
+	if err := cl.MoveTopic("to-follower", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.MoveTopic("to-leader", 0); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		kind          pb.CommandLookupTopicResponse_LookupType
+		url           string
+		authoritative bool
+	}
+	got := func(r *pb.CommandLookupTopicResponse) answer {
+		return answer{r.GetResponse(), r.GetBrokerServiceUrl(), r.GetAuthoritative()}
+	}
+	steps := []struct {
+		name          string
+		rc            *rawClient
+		topic         string
+		authoritative bool
+		want          answer
+	}{
+		// An unowned topic: the follower sends the client to the leader.
+		{"follower, unowned", follower, "to-leader", false, answer{pb.CommandLookupTopicResponse_Redirect, b0, false}},
+		// The leader's load manager picks itself: it acquires and connects.
+		{"leader acquires", leader, "to-leader", false, answer{pb.CommandLookupTopicResponse_Connect, b0, true}},
+		// Owned: any broker answers Connect with the owner (LookupResult of type BrokerUrl).
+		{"follower, owned by leader", follower, "to-leader", false, answer{pb.CommandLookupTopicResponse_Connect, b0, true}},
+		// The leader assigns another broker: Redirect there, authoritative.
+		{"leader, unowned", leader, "to-follower", false, answer{pb.CommandLookupTopicResponse_Redirect, b1, true}},
+		// The authoritative lookup makes the follower acquire it.
+		{"follower acquires", follower, "to-follower", true, answer{pb.CommandLookupTopicResponse_Connect, b1, true}},
+		{"leader, owned by follower", leader, "to-follower", false, answer{pb.CommandLookupTopicResponse_Connect, b1, true}},
+	}
+	for i, s := range steps {
+		if a := got(lookup(s.rc, s.topic, uint64(i+1), s.authoritative)); a != s.want {
+			t.Fatalf("%s: got %+v, want %+v", s.name, a, s.want)
+		}
+	}
+	if cl.Owner("to-leader") != 0 || cl.Owner("to-follower") != 1 {
+		t.Fatalf("owners %d and %d", cl.Owner("to-leader"), cl.Owner("to-follower"))
+	}
+}
+
+// BrokerService.checkTopicNsOwnership: a broker refuses a producer or a
+// consumer for a topic it does not own with ServiceNotReady.
+func TestClusterNonOwnerRefusesProducersAndConsumers(t *testing.T) {
+	cl := StartCluster(t, 2)
+	if err := cl.MoveTopic("refused", 1); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, newProducer(t, clientOf(t, cl.Broker(1).ServiceURL()), pulsar.ProducerOptions{Topic: "refused"}), "m", 1)
+	rc := dialRaw(t, cl.Broker(0))
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
+		Topic: ptr("refused"), ProducerId: ptr(uint64(1)), RequestId: ptr(uint64(11)),
+	}})
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+		Topic: ptr("refused"), Subscription: ptr("sub"), SubType: pb.CommandSubscribe_Shared.Enum(),
+		ConsumerId: ptr(uint64(2)), RequestId: ptr(uint64(12)),
+	}})
+	for _, req := range []uint64{11, 12} {
+		e := rc.await("refusal", func(c *pb.BaseCommand) bool { return c.GetError().GetRequestId() == req }).GetError()
+		if e.GetError() != pb.ServerError_ServiceNotReady || !strings.Contains(e.GetMessage(), "not served by this instance") {
+			t.Fatalf("request %d: %v %q", req, e.GetError(), e.GetMessage())
+		}
+	}
+	if p, s := clientsOn(cl.Broker(0)); p != 0 || s != 0 {
+		t.Fatalf("non-owner registered %d producers and %d consumers", p, s)
+	}
+}
+
+// PulsarWebResource.validateTopicOwnershipAsync: an admin call for a topic
+// to a non-owner answers 307 to the owner's admin URL with the same path and
+// query, authoritative set to whether the redirecting broker is the leader.
+func TestClusterAdminCallToNonOwnerRedirectsToTheOwner(t *testing.T) {
+	cl := StartCluster(t, 3)
+	if err := cl.MoveTopic("adm", 2); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, newProducer(t, clientOf(t, cl.Broker(0).ServiceURL()), pulsar.ProducerOptions{Topic: "adm"}), "m", 3)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, from := range []int{0, 1} {
+		path := "/admin/v2/persistent/public/default/adm/stats?getEarliestTimeInBacklog=true"
+		resp, err := noFollow.Get(cl.Broker(from).AdminURL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		want := fmt.Sprintf("%s/admin/v2/persistent/public/default/adm/stats?authoritative=%t&getEarliestTimeInBacklog=true", cl.Broker(2).AdminURL(), from == 0)
+		if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != want {
+			t.Fatalf("from broker %d: %d Location %q, want 307 %q", from, resp.StatusCode, resp.Header.Get("Location"), want)
+		}
+	}
+	// A client that follows redirects reaches the owner's answer.
+	var stats topicStatsJSON
+	getJSON(t, cl.Broker(0).AdminURL()+"/admin/v2/persistent/public/default/adm/stats", &stats)
+	if stats.MsgInCounter != 3 {
+		t.Fatalf("stats through the redirect: %+v", stats)
+	}
+	// Namespace policies and partition metadata need no owner.
+	if code := getCode(t, cl.Broker(1).AdminURL()+"/admin/v2/namespaces/public/default/backlogQuotaMap"); code != http.StatusOK {
+		t.Fatalf("namespace policy on a follower: %d", code)
+	}
+}
+
+// Moving a topic closes its producers and consumers; they look it up again,
+// reach the new owner and go on: every message arrives.
+func TestClusterMoveTopicMidStreamLosesNoMessage(t *testing.T) {
+	cl := StartCluster(t, 2)
+	const topic, total = "moving", 300
+	if err := cl.MoveTopic(topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := clientOf(t, cl.Broker(0).ServiceURL())
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared})
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic})
+
+	// The producer moves the topic when a third is sent: both the producer
+	// and the consumer are mid-stream then.
+	var wg sync.WaitGroup
+	sendErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range total {
+			if i == total/3 {
+				if err := cl.MoveTopic(topic, 0); err != nil {
+					sendErr <- err
+					return
+				}
+			}
+			if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))}); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+	}()
+	seen := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitFor)
+	defer cancel()
+	for len(seen) < total {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("received %d distinct of %d: %v", len(seen), total, err)
+		}
+		_ = cons.Ack(m)
+		seen[string(m.Payload())] = true
+	}
+	wg.Wait()
+	select {
+	case err := <-sendErr:
+		t.Fatal(err)
+	default:
+	}
+	if cl.Owner(topic) != 0 {
+		t.Fatalf("owner %d after the move", cl.Owner(topic))
+	}
+	if p, s := clientsOn(cl.Broker(1)); p != 0 || s != 0 {
+		t.Fatalf("old owner still has %d producers and %d consumers", p, s)
+	}
+	if p, s := clientsOn(cl.Broker(0)); p != 1 || s != 1 {
+		t.Fatalf("new owner has %d producers and %d consumers, want 1 and 1", p, s)
+	}
+}
+
+// Each partition is owned on its own: a partitioned topic spread over two
+// brokers is produced and consumed as one.
+func TestClusterPartitionsOwnedByDifferentBrokers(t *testing.T) {
+	cl := StartCluster(t, 2)
+	if err := cl.Broker(0).CreatePartitionedTopic("spread", 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := cl.MoveTopic(partitionName(mustFull("spread"), i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := clientOf(t, cl.Broker(1).ServiceURL())
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "spread", SubscriptionName: "sub"})
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "spread", DisableBatching: true})
+	for i := range 20 {
+		msg := &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i), Payload: []byte(fmt.Sprintf("m-%d", i))}
+		if _, err := p.Send(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := receive(t, cons, 20, true)
+	partitions := map[int32]bool{}
+	for _, m := range got {
+		partitions[m.ID().PartitionIdx()] = true
+	}
+	if len(partitions) != 2 {
+		t.Fatalf("messages from partitions %v", partitions)
+	}
+	for i := range 2 {
+		if o := cl.Owner(partitionName(mustFull("spread"), i)); o != i {
+			t.Fatalf("partition %d owned by %d", i, o)
+		}
+		if _, s := clientsOn(cl.Broker(i)); s != 1 {
+			t.Fatalf("broker %d has %d consumers, want its partition's one", i, s)
+		}
+	}
+}
