@@ -17,6 +17,8 @@ type Effective struct {
 	Next *time.Time
 	// Notes are things a person should know, e.g. an expired override that is being ignored.
 	Notes []string
+	// Reason is the override's stated reason, if any.
+	Reason string
 	// Problems are inputs that passed the API server but cannot be applied (a window that never
 	// fires, an unknown override value). They are ignored; the rest still decides the state.
 	Problems []string
@@ -45,6 +47,7 @@ func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) Effective {
 	if override != "" {
 		eff.State, eff.Source = override, subflowv1.SourceOverride
 		eff.Next = earliest(eff.Next, until)
+		eff.Reason = flow.Annotations[subflowv1.OverrideReasonAnnotation]
 	}
 	return eff
 }

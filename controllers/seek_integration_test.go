@@ -82,6 +82,10 @@ func TestFailedSeekDropsNothing(t *testing.T) {
 		c := condition(f, subflowv1.ConditionSeekCompleted)
 		return c != nil && c.Reason == subflowv1.ReasonIndexMetadataDisabled
 	})
+	waitEvent(t, ns, "noindex", "SeekFailed", 1)
+	if n := flowEvents(t, ns, "noindex")["SeekCompleted"]; n != 0 {
+		t.Fatalf("%d SeekCompleted events for a failed seek", n)
+	}
 	if got := heldTotal(failed); got != held {
 		t.Fatalf("held messages went from %d to %d across a failed seek", held, got)
 	}

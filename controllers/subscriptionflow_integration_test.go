@@ -129,6 +129,10 @@ func TestUnreachableAgentIsNamedAndWrongTokenStalls(t *testing.T) {
 	if !isTrue(got, subflowv1.ConditionReconciling) || got.Status.Pods.Unreachable != 1 {
 		t.Fatalf("want Reconciling and 1 unreachable: %+v", got.Status)
 	}
+	if c := condition(got, subflowv1.ConditionReconciling); c.Reason != subflowv1.ReasonProgressing {
+		t.Fatalf("Reconciling reason %s", c.Reason)
+	}
+	waitEvent(t, ns, "bad", "AgentUnreachable", 1)
 
 	// A pod whose agent has another token: Stalled, and the agent changes nothing.
 	deletePod(t, ns, "worker-down")
@@ -143,6 +147,7 @@ func TestUnreachableAgentIsNamedAndWrongTokenStalls(t *testing.T) {
 	if stranger.Consumer.State() != protocol.Running {
 		t.Fatalf("agent with another token changed to %s", stranger.Consumer.State())
 	}
+	waitEvent(t, ns, "bad", "AgentAuthFailed", 1)
 }
 
 func deletePod(t *testing.T, ns, name string) {
@@ -260,6 +265,7 @@ func TestSeekExecutesOnceAndAgainForNewID(t *testing.T) {
 	if s := got.Status.Seek; s.Executor != "worker-0" || len(s.Positions) != 1 || s.Positions[0].Index != 10 || s.Positions[0].MessageID == "" {
 		t.Fatalf("seek status %+v", s)
 	}
+	waitEvent(t, ns, "seek", "SeekCompleted", 1)
 	eventually(t, "messages 10..29 redelivered once", func() bool { return totalReceived(pods...) == 50 }, func() string {
 		return fmt.Sprintf("received %v and %v, seek %+v", pods[0].Payloads(), pods[1].Payloads(), getFlow(t, flow).Status.Seek)
 	})

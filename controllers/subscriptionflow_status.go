@@ -221,9 +221,13 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 		return metav1.ConditionFalse, subflowv1.ReasonPausePending, fmt.Sprintf(
 			"%d consumers still running, %d agents unreachable", st.Consumers.Running, st.Pods.Unreachable)
 	}
+	source := string(obs.Effective.Source)
+	if obs.Effective.Reason != "" {
+		source += ": " + obs.Effective.Reason
+	}
 	return metav1.ConditionTrue, subflowv1.ReasonConsumersPaused, fmt.Sprintf(
 		"%d/%d consumers paused or stopped (%s, from %s)", st.Consumers.Paused+st.Consumers.Stopped,
-		st.Consumers.Total, obs.Effective.State, obs.Effective.Source)
+		st.Consumers.Total, obs.Effective.State, source)
 }
 
 // seekStatus keeps a finished seek's result and records the executor of a pending one.

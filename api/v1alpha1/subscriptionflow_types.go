@@ -51,6 +51,9 @@ const (
 	OverrideStateAnnotation = "subflow.dev/override-state"
 	// OverrideUntilAnnotation optionally bounds the override (RFC 3339); an expired override is ignored.
 	OverrideUntilAnnotation = "subflow.dev/override-until"
+	// OverrideReasonAnnotation optionally says why (an incident link); shown in the Paused
+	// condition and its events while the override is in force.
+	OverrideReasonAnnotation = "subflow.dev/override-reason"
 )
 
 // Finalizer lets the controller release agents' rules before a flow is deleted.
