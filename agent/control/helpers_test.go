@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -63,7 +64,7 @@ type testPod struct {
 	wake      chan struct{}
 }
 
-func startTestPod(t *testing.T, b *pulsartest.Broker, name, topic, adminURL string, receiving bool, opts control.Options) *testPod {
+func startTestPod(t testing.TB, b *pulsartest.Broker, name, topic, adminURL string, receiving bool, opts control.Options) *testPod {
 	t.Helper()
 	p := &testPod{registry: prometheus.NewRegistry(), receiving: receiving, wake: make(chan struct{}, 1)}
 	var err error
@@ -231,19 +232,30 @@ func waitAcked(t *testing.T, b *pulsartest.Broker, topic string, n int64) {
 	eventually(t, "acks to reach the broker", func() bool { return b.Subscription(topic, "sub").Acked >= n })
 }
 
-// withDeadline fails the test when fn takes longer than d (fn runs on, the test ends).
-func withDeadline(t *testing.T, what string, d time.Duration, fn func()) time.Duration {
+// timedPut is putAt that fails the test when the answer takes longer than limit.
+func timedPut(t *testing.T, addr, flow string, req protocol.FlowRequest, limit time.Duration) (int, protocol.FlowStatus, time.Duration) {
 	t.Helper()
-	start := time.Now()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-		return time.Since(start)
-	case <-time.After(d):
-		t.Fatalf("%s took longer than %s", what, d)
-		return 0
+	body, _ := json.Marshal(req)
+	httpReq, err := http.NewRequest(http.MethodPut, "http://"+addr+protocol.PathPrefix+"/flows/ns/"+flow, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
 	}
+	httpReq.Header.Set("Authorization", "Bearer "+token)
+	httpReq.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: limit}).Do(httpReq)
+	if err != nil {
+		t.Fatalf("push not answered within %s: %v", limit, err)
+	}
+	defer resp.Body.Close()
+	took := time.Since(start)
+	var status protocol.FlowStatus
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode, status, took
 }
 
 // serveOnLoopback serves an agent without consumers through Server.Serve (timeouts and the

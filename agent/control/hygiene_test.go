@@ -23,7 +23,7 @@ func callRaw(t *testing.T, method, url string, header map[string]string, body st
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

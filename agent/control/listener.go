@@ -6,31 +6,42 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultMaxConnections caps the control server's open connections. The controller needs a
-// few per agent, Prometheus and the kubelet one each.
-const DefaultMaxConnections = 64
+// few per agent, Prometheus and the kubelet one each; the rest is room for peers that the
+// cap has to push out.
+const DefaultMaxConnections = 128
 
-// limitListener caps open connections. When every slot is taken, a new connection evicts the
-// oldest one that has not yet presented the bearer token; only when every open connection
-// has authenticated is the newcomer closed at once.
+// evictionGrace protects a new connection from eviction long enough to send its request
+// headers: the controller writes its push right after connecting.
+const evictionGrace = 100 * time.Millisecond
+
+// limitListener caps open connections. When every slot is taken, the oldest connection that
+// has not presented the bearer token is closed for the newcomer, once it has been open for
+// evictionGrace; until then Accept waits (the newcomer stays in the kernel's accept queue).
+// When every open connection has authenticated, the newcomer is closed at once.
 //
-// Why evict rather than block or refuse: a slow client holds its slot until the header
-// timeout, so blocking Accept queues the controller behind every slow peer, and refusing
-// newcomers lets slow peers keep the slots forever. A peer that sends its headers at once
-// (the controller) authenticates within milliseconds of being accepted, long before the slow
-// peers accepted after it push it out as the oldest unauthenticated connection.
+// Why evict rather than only block or refuse: a slow client holds its slot until the header
+// timeout, so blocking Accept alone queues the controller behind every slow peer, and refusing
+// newcomers lets slow peers keep the slots. Why the grace: without it a burst of reconnecting
+// slow peers could push out the controller's connection before its goroutine has read the
+// headers that would authenticate it. Accept waits at most evictionGrace per slot, so a
+// newcomer waits about (connections queued before it / cap) * evictionGrace.
 type limitListener struct {
 	net.Listener
 	max int
 
-	mu    sync.Mutex
-	conns []*limitedConn // open, oldest first
+	mu     sync.Mutex
+	conns  []*limitedConn // open, oldest first
+	freed  chan struct{}  // signalled when a slot frees
+	closed chan struct{}
+	once   sync.Once
 }
 
 func newLimitListener(l net.Listener, max int) *limitListener {
-	return &limitListener{Listener: l, max: max}
+	return &limitListener{Listener: l, max: max, freed: make(chan struct{}, 1), closed: make(chan struct{})}
 }
 
 // Accept returns the next connection that gets a slot.
@@ -40,18 +51,45 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		lc := &limitedConn{Conn: c, owner: l}
-		if l.admit(lc) {
+		lc := &limitedConn{Conn: c, owner: l, accepted: time.Now()}
+		admitted, err := l.admit(lc)
+		if admitted {
 			return lc, nil
 		}
 		_ = c.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
 }
 
-// admit gives c a slot, evicting the oldest unauthenticated connection if there is none free.
-func (l *limitListener) admit(c *limitedConn) bool {
+// admit gives c a slot, evicting the oldest unauthenticated connection if none is free. It
+// reports false when every open connection has authenticated, or the listener closed.
+func (l *limitListener) admit(c *limitedConn) (bool, error) {
+	for {
+		evicted, wait, ok := l.tryAdmit(c)
+		if evicted != nil {
+			_ = evicted.Close() // the server's goroutine for it fails its next read and ends
+		}
+		if ok || wait == 0 {
+			return ok, nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-l.freed:
+			timer.Stop()
+		case <-l.closed:
+			timer.Stop()
+			return false, net.ErrClosed
+		}
+	}
+}
+
+// tryAdmit admits c if it can now; otherwise it tells how long to wait (zero: refuse).
+func (l *limitListener) tryAdmit(c *limitedConn) (evicted *limitedConn, wait time.Duration, ok bool) {
 	l.mu.Lock()
-	var evicted *limitedConn
+	defer l.mu.Unlock()
 	if len(l.conns) >= l.max {
 		for _, old := range l.conns {
 			if !old.trusted.Load() {
@@ -60,26 +98,34 @@ func (l *limitListener) admit(c *limitedConn) bool {
 			}
 		}
 		if evicted == nil {
-			l.mu.Unlock()
-			return false
+			return nil, 0, false
+		}
+		if age := time.Since(evicted.accepted); age < evictionGrace {
+			return nil, evictionGrace - age, false
 		}
 		l.removeLocked(evicted)
 	}
 	l.conns = append(l.conns, c)
-	l.mu.Unlock()
-	if evicted != nil {
-		_ = evicted.Close() // the server's goroutine for it fails its next read and ends
-	}
-	return true
+	return evicted, 0, true
 }
 
 func (l *limitListener) removeLocked(c *limitedConn) {
 	for i, x := range l.conns {
 		if x == c {
 			l.conns = append(l.conns[:i], l.conns[i+1:]...)
+			select {
+			case l.freed <- struct{}{}:
+			default:
+			}
 			return
 		}
 	}
+}
+
+// Close stops accepting, also a newcomer waiting for a slot.
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 // open is the number of connections holding a slot.
@@ -92,9 +138,10 @@ func (l *limitListener) open() int {
 // limitedConn is a connection holding a slot until it is closed.
 type limitedConn struct {
 	net.Conn
-	owner   *limitListener
-	trusted atomic.Bool // set once a request on it carried the right token
-	once    sync.Once
+	owner    *limitListener
+	accepted time.Time
+	trusted  atomic.Bool // set once a request on it carried the right token
+	once     sync.Once
 }
 
 func (c *limitedConn) Close() error {

@@ -1,6 +1,8 @@
 package control_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -31,16 +33,14 @@ func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
 	waitAcked(t, b, "events", 20)
 
 	req := seekRequest(1, protocol.Running, "s1", 5, true)
-	var code int
-	var st protocol.FlowStatus
-	took := withDeadline(t, "a push starting a held seek", 2*time.Second, func() { code, st = putAt(t, pod.addr, "f", req) })
+	code, st, took := timedPut(t, pod.addr, "f", req, 2*time.Second)
 	if code != http.StatusOK || st.Seek == nil || st.Seek.State != protocol.SeekRunning {
 		t.Fatalf("push with a seek: %d %+v, want 200 with the seek Running", code, st.Seek)
 	}
 	t.Logf("push starting a seek answered in %s", took)
 
 	paused := seekRequest(2, protocol.Paused, "s1", 5, true)
-	took = withDeadline(t, "a pause during a seek", 2*time.Second, func() { code, st = putAt(t, pod.addr, "f", paused) })
+	code, st, took = timedPut(t, pod.addr, "f", paused, 2*time.Second)
 	if code != http.StatusOK || st.Consumers[0].State != protocol.Paused || st.Seek.State != protocol.SeekRunning {
 		t.Fatalf("pause during the seek: %d %+v", code, st)
 	}
@@ -75,7 +75,17 @@ func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if code, st := putAt(t, pod.addr, "f", req); code == http.StatusOK && st.Seek != nil {
+			body, _ := json.Marshal(req)
+			httpReq, _ := http.NewRequest(http.MethodPut, "http://"+pod.addr+protocol.PathPrefix+"/flows/ns/f", bytes.NewReader(body))
+			httpReq.Header.Set("Authorization", "Bearer "+token)
+			httpReq.Header.Set("Content-Type", "application/json")
+			resp, err := testClient.Do(httpReq)
+			if err != nil {
+				return // states[i] stays empty: reported below
+			}
+			defer resp.Body.Close()
+			var st protocol.FlowStatus
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&st) == nil && st.Seek != nil {
 				states[i] = st.Seek.State
 			}
 		}()

@@ -25,6 +25,9 @@ import (
 
 const token = "s3cret-token"
 
+// testClient bounds every call, so that an agent that never answers fails the test.
+var testClient = &http.Client{Timeout: 15 * time.Second}
+
 // newServer serves an agent without consumers.
 func newServer(t *testing.T, opts control.Options) *httptest.Server {
 	t.Helper()
@@ -53,7 +56,7 @@ func call(t *testing.T, method, url, bearer, body string) (int, string) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
