@@ -280,11 +280,7 @@ func (a *adminClient) resetCursor(ctx context.Context, topic, subscription strin
 		return err
 	}
 	path := base + "/subscription/" + url.PathEscape(subscription) + "/resetcursor"
-	if excluded {
-		// The broker reads isExcluded from the body; the query parameter carries the same
-		// flag for servers that read it there and is ignored by those that do not.
-		path += "?isExcluded=true"
-	}
+	// The broker reads isExcluded from the body (ResetCursorData), not from the query.
 	body := resetCursorData{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1, IsExcluded: excluded}
 	_, err = a.call(ctx, http.MethodPost, path, body, nil)
 	return err

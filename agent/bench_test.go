@@ -43,7 +43,7 @@ func consumeAll(b *testing.B, c pulsar.Consumer, n int) time.Duration {
 func BenchmarkConsume(b *testing.B) {
 	for _, name := range []string{"raw", "agent"} {
 		b.Run(name, func(b *testing.B) {
-			e := newEnv(b)
+			e := newDirectEnv(b)
 			topic := uniqueTopic(b)
 			c, err := subscriberFor(e, name)(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 			if err != nil {
@@ -64,7 +64,7 @@ func BenchmarkConsume(b *testing.B) {
 // throughput relative to each.
 func BenchmarkConsumeInterleaved(b *testing.B) {
 	const perRound = 20_000
-	e := newEnv(b)
+	e := newDirectEnv(b)
 	names := [...]string{"raw", "rawUnbuffered", "agent"}
 	var took [len(names)]time.Duration
 	b.ResetTimer()
@@ -99,12 +99,12 @@ func BenchmarkConsumeInterleaved(b *testing.B) {
 // BenchmarkResumeToFirstMessage measures, with messages buffered in the client, the time from
 // calling Resume to a blocked Receive returning a message.
 func BenchmarkResumeToFirstMessage(b *testing.B) {
-	e := newEnv(b)
+	e := newDirectEnv(b)
 	topic := uniqueTopic(b)
 	c := e.subscribe(b, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 100})
 	c.Pause()
 	e.produce(b, topic, 0, b.N+200, 100)
-	eventually(b, "a full client queue", func() bool { return e.broker.Subscription(topic, "sub").Dispatched >= 100 })
+	eventually(b, "a full client queue", func() bool { return e.local.Subscription(topic, "sub").Dispatched >= 100 })
 
 	stamps := make(chan time.Time)
 	go func() {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 // A zero-queue consumer paused and resumed 100 times with a Receive waiting keeps at most one
@@ -42,8 +45,8 @@ func TestIntegrationZeroQueuePauseCyclesKeepOnePermit(t *testing.T) {
 		eventually(t, "message "+strconv.Itoa(i), func() bool { return col.count() == i+1 })
 	}
 	eventually(t, "at most one permit outstanding", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Permits <= 1
+		live := e.liveSessions(topic, "sub")
+		return len(live) == 1 && live[0].outstanding() <= 1
 	})
 
 	c.Pause()
@@ -51,17 +54,14 @@ func TestIntegrationZeroQueuePauseCyclesKeepOnePermit(t *testing.T) {
 		send(i)
 	}
 	other := uniqueTopic(t) + "-other"
-	raw, err := e.client.Subscribe(pulsar.ConsumerOptions{Topic: other, SubscriptionName: "sub"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: other, SubscriptionName: "sub"})
 	e.produce(t, other, 0, 1, 1)
 	receiveN(t, raw, 1)
 	eventually(t, "the granted permit's message held", func() bool { return c.Status().HeldMessages == 1 })
-	st := e.broker.Subscription(topic, "sub")
-	if st.Consumers[0].Permits != 0 || st.Dispatched != cycles+1 {
-		t.Fatalf("while paused: %d permits outstanding, %d dispatched; want 0 and %d", st.Consumers[0].Permits, st.Dispatched, cycles+1)
+	e.barrier(t, c)
+	live := e.liveSessions(topic, "sub")
+	if len(live) != 1 || live[0].outstanding() != 0 || e.delivered(topic, "sub", 0) != cycles+1 {
+		t.Fatalf("while paused: sessions %+v, %d dispatched; want 0 permits outstanding and %d dispatched", live, e.delivered(topic, "sub", 0), cycles+1)
 	}
 	if n := col.count(); n != cycles {
 		t.Fatalf("%d messages reached the application while paused", n-cycles)
@@ -80,36 +80,30 @@ func TestIntegrationNacksWhilePausedDeadLetterNothing(t *testing.T) {
 	e := newEnv(t)
 	topic := uniqueTopic(t)
 	dlq := topic + "-DLQ"
-	dlqReader, err := e.client.Subscribe(pulsar.ConsumerOptions{Topic: dlq, SubscriptionName: "dlq"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlqReader.Close()
+	dlqReader := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: dlq, SubscriptionName: "dlq"})
 	const n = 30
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared,
 		NackRedeliveryDelay: 20 * time.Millisecond, DLQ: &pulsar.DLQPolicy{MaxDeliveries: 1, DeadLetterTopic: dlq}})
 	e.produce(t, topic, 0, n, 1)
 	var got []pulsar.Message
 	for range n {
-		m, err := c.Receive(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, m)
+		got = append(got, receiveOne(t, c))
 	}
 	c.Pause()
-	flowsAtPause := len(e.broker.Flows(topic, "sub"))
+	atPause := e.mark()
 	for _, m := range got {
 		c.Nack(m)
 	}
 	waitNackDelays(t, e, 2)
-	st := e.broker.Subscription(topic, "sub")
-	if st.Dispatched != n || len(e.broker.Flows(topic, "sub")) != flowsAtPause {
-		t.Fatalf("while paused: %d dispatched (want %d), %d FLOWs after the pause (want 0)",
-			st.Dispatched, n, len(e.broker.Flows(topic, "sub"))-flowsAtPause)
+	e.barrier(t, c)
+	if d, f := e.delivered(topic, "sub", 0), e.flows(topic, "sub", atPause); d != n || len(f) != 0 {
+		t.Fatalf("while paused: %d dispatched (want %d), %d FLOWs after the pause (want 0)", d, n, len(f))
 	}
-	if dl := e.broker.Subscription(dlq, "dlq"); dl.Backlog != 0 || dl.Dispatched != 0 {
-		t.Fatalf("dead-lettered while paused: %+v", dl)
+	if r := e.wire.Events(wirerec.Filter{Topic: topic, Subscription: "sub"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES); len(r) != 0 {
+		t.Fatalf("redelivery requested while paused: %+v", r)
+	}
+	if b, d := e.backlog(t, dlq, "dlq"), e.delivered(dlq, "dlq", 0); b != 0 || d != 0 {
+		t.Fatalf("dead-lettered while paused: backlog %d, %d dispatched on the dead-letter topic", b, d)
 	}
 	if d := c.DeferredNacks(); d != n {
 		t.Fatalf("%d deferred nacks, want %d", d, n)
@@ -163,7 +157,8 @@ func TestIntegrationCloseReportsStopped(t *testing.T) {
 		t.Fatalf("status after Close: %+v", st)
 	}
 	eventually(t, "the consumer gone from the broker", func() bool {
-		return len(e.broker.Subscription(topic, "sub").Consumers) == 0
+		st, ok := e.stats(t, topic, "sub", false)
+		return ok && len(st.Consumers) == 0
 	})
 }
 
@@ -191,8 +186,8 @@ func TestIntegrationUnsubscribeWhilePausedCloses(t *testing.T) {
 	if err := c.Run(); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("Run after Unsubscribe = %v", err)
 	}
-	if cur := e.broker.Subscription(topic, "sub").Cursors; len(cur) != 0 {
-		t.Fatalf("the subscription still exists: %+v", cur)
+	if st, ok := e.stats(t, topic, "sub", false); ok {
+		t.Fatalf("the subscription still exists: %+v", st)
 	}
 	if len(e.agent.Consumers()) != 0 {
 		t.Fatal("the agent still lists the unsubscribed consumer")
@@ -237,10 +232,8 @@ func TestIntegrationReconnectWhilePausedDeliversHeldOnce(t *testing.T) {
 					t.Fatalf("only %d of %d messages after resume", len(got), n)
 				}
 			}
-			eventually(t, "every ack on the broker", func() bool { return e.broker.Subscription(topic, "sub").Acked >= int64(n) })
-			if _, err := c.GetLastMessageIDs(); err != nil { // a round trip behind anything dispatched
-				t.Fatal(err)
-			}
+			eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+			e.barrier(t, c) // a round trip behind anything dispatched
 			dups := duplicatesIn(got, ch)
 			rawDups := rawDuplicatesAfterReconnect(t, e, n, queue)
 			t.Logf("%d messages, %d held at pause; duplicates after a reconnect: agent %d, raw client %d", n, held, dups, rawDups)
@@ -255,12 +248,11 @@ func TestIntegrationReconnectWhilePausedDeliversHeldOnce(t *testing.T) {
 // back with its initial grant spent.
 func reconnect(t *testing.T, e *env, topic string, queue int) {
 	t.Helper()
-	before := e.broker.Subscription(topic, "sub")
-	old, redeliver := before.Consumers[0].Conn, min(before.Backlog, int64(queue))
-	e.broker.DropConnections()
+	redeliver, sessions := min(e.backlog(t, topic, "sub"), int64(queue)), e.sessionCount(topic, "sub")
+	e.dropConnections()
 	eventually(t, "the consumer reconnected and sent the unacknowledged messages again", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Conn != old && st.Consumers[0].Dispatched >= redeliver
+		live := e.liveSessions(topic, "sub")
+		return e.sessionCount(topic, "sub") > sessions && len(live) == 1 && live[0].delivered >= redeliver
 	})
 }
 
@@ -288,11 +280,7 @@ func duplicatesIn(got map[int]int, ch <-chan pulsar.ConsumerMessage) int {
 func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
 	t.Helper()
 	topic := uniqueTopic(t) + "-raw"
-	raw, err := e.client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
 	e.produce(t, topic, 0, n, 1)
 	// Wait until the client pushed what its channel takes (the application is not reading).
 	eventually(t, "the raw client's channel filled", func() bool { return len(raw.Chan()) >= min(n, channelCapacity) })
@@ -304,56 +292,92 @@ func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
 	for len(got) < n {
 		got[seqOfMessage(t, receiveN(t, raw, 1)[0])]++
 	}
-	eventually(t, "every raw ack on the broker", func() bool { return e.broker.Subscription(topic, "sub").Acked >= int64(n) })
-	if _, err := raw.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, "every raw ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	e.barrier(t, raw)
 	return duplicatesIn(got, raw.Chan())
 }
 
-// dispatcherMaxReadBatchSize is the Java broker's default: one read of a single-active or
-// classic Key_Shared dispatcher takes up to min(permits, 100) ENTRIES, whatever each holds.
-const dispatcherMaxReadBatchSize = 100
+// Read sizes of a broker with its default configuration (Java ServiceConfiguration).
+const (
+	// dispatcherMaxReadBatchSize: one read of a single-active (Exclusive, Failover) or Key_Shared
+	// dispatcher takes up to min(permits, 100) ENTRIES, whatever each holds
+	// (PersistentDispatcherSingleActiveConsumer.calculateToRead).
+	dispatcherMaxReadBatchSize = 100
+	// dispatcherMaxRoundRobinBatchSize: a Shared dispatcher gives a consumer
+	// max(min(messages, permits, 20) / average batch size, 1) entries per turn
+	// (PersistentDispatcherMultipleConsumers.trySendMessagesToConsumers).
+	dispatcherMaxRoundRobinBatchSize = 20
+)
 
-// reconnectBound is what one reconnect while paused can bring into the client: the client
-// re-grants its receiver queue (queue permits); the broker reads up to min(queue, 100) entries
-// per read and debits each entry's message count afterwards, so with batches of up to
-// `batch` messages the last read can overshoot by (batch-1) messages per entry.
-func reconnectBound(queue, batch int) int {
-	return queue + min(queue, dispatcherMaxReadBatchSize)*(batch-1)
+// reconnectBound is the most messages one reconnect while paused can bring into the client with
+// a receiver queue of `queue` and batch entries of up to `batch` messages. The client grants
+// `queue` permits once. The broker reads while the consumer has permits and debits each entry's
+// message count only after sending it, so only its last read overshoots, by at most (batch-1)
+// messages for each entry that read could take: min(queue, 100) entries for a single-active or
+// Key_Shared dispatcher, min(queue, 20) for Shared. Shared divides by the average batch size of
+// the read, so with equal batches it overshoots by at most one entry: queue + batch - 1.
+func reconnectBound(subType pulsar.SubscriptionType, queue, batch int, equalBatches bool) int {
+	if subType != pulsar.Shared {
+		return queue + min(queue, dispatcherMaxReadBatchSize)*(batch-1)
+	}
+	if equalBatches {
+		return queue + batch - 1
+	}
+	return queue + min(queue, dispatcherMaxRoundRobinBatchSize)*(batch-1)
 }
 
 // Batching and a reconnect while paused: the client grants its receiver queue once, and the
-// broker may answer that grant with whole batch entries. Measured here: the permits granted
-// (at most the queue) and the messages that reached the client (within reconnectBound; a real
-// broker can reach the bound, the test broker sends fewer); none reaches the application.
+// broker answers that grant with whole batch entries. Measured on the wire, against a broker
+// with the default read sizes: the permits granted after the pause (at most the queue) and the
+// messages the broker sent the reconnected consumer (within reconnectBound); none reaches the
+// application, and everything arrives after resume.
 func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
-	const queue, batch = 10, 10
-	e := newEnv(t)
-	topic := uniqueTopic(t)
-	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
-	col := collect(t, c)
-	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 20)
-	e.produce(t, topic, 20, 300, batch)
-	reconnect(t, e, topic, queue)
-	eventually(t, "the reconnected grant spent", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Permits <= 0
-	})
-	if _, err := c.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		subType      pulsar.SubscriptionType
+		queue, batch int
+	}{
+		{pulsar.Exclusive, 10, 10},
+		{pulsar.Exclusive, 150, 10}, // more permits than one read's 100 entries
+		{pulsar.Failover, 10, 10},
+		{pulsar.Shared, 10, 10},
+		{pulsar.Shared, 10, 3}, // the last entry overshoots
 	}
-	st := e.broker.Subscription(topic, "sub")
-	permits := flowPermits(e.broker.Flows(topic, "sub"), flowsAtPause)
-	got := st.Consumers[0].Dispatched
-	t.Logf("after one reconnect while paused: %d permits granted, %d messages sent to the client (bound %d with batches of %d)",
-		permits, got, reconnectBound(queue, batch), batch)
-	if permits > queue || got > int64(reconnectBound(queue, batch)) {
-		t.Fatalf("%d permits (max %d), %d messages (bound %d)", permits, queue, got, reconnectBound(queue, batch))
+	for _, tc := range cases {
+		name := fmt.Sprintf("%s/queue=%d/batch=%d", subTypeName(tc.subType), tc.queue, tc.batch)
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			topic := uniqueTopic(t)
+			c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: tc.subType, ReceiverQueueSize: tc.queue})
+			col := collect(t, c)
+			const first = 20
+			e.produce(t, topic, 0, first, 1)
+			eventually(t, "the first messages", func() bool { return col.count() == first })
+			eventually(t, "their acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
+			c.Pause()
+			atPause := e.mark()
+			bound := reconnectBound(tc.subType, tc.queue, tc.batch, true)
+			total := first + 2*bound
+			total -= (total - first) % tc.batch // whole batches
+			e.produce(t, topic, first, total-first, tc.batch)
+			reconnect(t, e, topic, tc.queue)
+			eventually(t, "the reconnected grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+			e.barrier(t, c)
+			live := e.liveSessions(topic, "sub")
+			permits := e.permits(topic, "sub", atPause)
+			t.Logf("%s: after one reconnect while paused: %d permits granted, %d messages sent to the client (bound %d)",
+				name, permits, live[0].delivered, bound)
+			if permits > int64(tc.queue) || live[0].delivered > int64(bound) {
+				t.Fatalf("%d permits (max %d), %d messages (bound %d)", permits, tc.queue, live[0].delivered, bound)
+			}
+			if n := col.count(); n != first {
+				t.Fatalf("%d messages reached the application while paused", n-first)
+			}
+			c.Resume()
+			eventually(t, "every message after resume", func() bool { return len(col.distinct()) == total })
+		})
 	}
-	if n := col.count(); n != 20 {
-		t.Fatalf("%d messages reached the application while paused", n-20)
-	}
-	c.Resume()
-	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 320 })
+}
+
+func subTypeName(t pulsar.SubscriptionType) string {
+	return [...]string{pulsar.Exclusive: "Exclusive", pulsar.Shared: "Shared", pulsar.Failover: "Failover", pulsar.KeyShared: "KeyShared"}[t]
 }

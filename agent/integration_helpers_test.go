@@ -2,9 +2,16 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,24 +20,119 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
-// env is a test broker, a real client and an agent pointed at the broker's admin API.
-type env struct {
-	broker *pulsartest.Broker
-	client pulsar.Client
-	agent  *Agent
+// The integration tests are a conformance suite: they run unchanged against any broker.
+//
+// Without environment, each test starts an in-process pulsartest broker. With PULSAR_URL
+// (pulsar://host:6650) and PULSAR_ADMIN_URL (http://host:8080), they run against that broker
+// (`make conformance`). Either way the client talks to the broker through a wire recorder
+// (internal/wirerec), and what a test asserts about FLOW permits and MESSAGE frames comes from
+// that record, never from the broker's own bookkeeping; subscription state (backlog, the
+// subscription's existence) comes from the admin REST API, as an operator would read it.
+// Tests that need something only pulsartest offers (a broker setting chosen per test) skip
+// with the reason on a remote broker.
+
+const (
+	envPulsarURL      = "PULSAR_URL"
+	envPulsarAdminURL = "PULSAR_ADMIN_URL"
+)
+
+// remoteBroker returns the broker named by the environment, if any.
+func remoteBroker(t testing.TB) (serviceURL, adminURL string, ok bool) {
+	t.Helper()
+	serviceURL, adminURL = os.Getenv(envPulsarURL), os.Getenv(envPulsarAdminURL)
+	switch {
+	case serviceURL == "" && adminURL == "":
+		return "", "", false
+	case serviceURL == "" || adminURL == "":
+		t.Fatalf("set both %s and %s to run against a remote broker (got %q and %q)", envPulsarURL, envPulsarAdminURL, serviceURL, adminURL)
+	}
+	return serviceURL, strings.TrimRight(adminURL, "/"), true
 }
 
+// env is a broker behind a wire recorder, a real client connected through the recorder, and an
+// agent pointed at the broker's admin API.
+type env struct {
+	local    *pulsartest.Broker // the in-process broker; nil against a remote broker
+	wire     *wirerec.Proxy
+	adminURL string
+	client   pulsar.Client
+	agent    *Agent
+}
+
+// newEnv starts the test's broker (or uses the remote one) behind a wire recorder. Options
+// other than EntriesPerLedger describe a broker configuration that only the in-process broker
+// can take per test; on a remote broker the test skips.
 func newEnv(t testing.TB, opts ...pulsartest.Options) *env {
 	t.Helper()
-	b := pulsartest.Start(t, opts...)
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.ServiceURL(), Logger: log.DefaultNopLogger()})
+	var o pulsartest.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	e := &env{}
+	if serviceURL, adminURL, ok := remoteBroker(t); ok {
+		if why := needsLocalBroker(o); why != "" {
+			t.Skipf("needs a broker configured with %s (in-process pulsartest only; a remote broker's configuration is its own)", why)
+		}
+		// A remote broker advertises its own address; rewritten lookups keep the client
+		// dialing the recorder, which forwards to the broker each lookup names.
+		e.wire = wirerec.StartT(t, serviceURL, wirerec.Options{RewriteLookups: true})
+		e.adminURL = adminURL
+	} else {
+		// The broker advertises the recorder's address, so no byte is changed.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.AdvertisedURL = "pulsar://" + ln.Addr().String()
+		e.local = pulsartest.Start(t, o)
+		e.wire = wirerec.StartT(t, e.local.ServiceURL(), wirerec.Options{Listener: ln})
+		e.adminURL = e.local.AdminURL()
+	}
+	e.client = newClient(t, e.wire.ServiceURL())
+	e.agent = newTestAgent(t, Options{Name: "test", AdminURL: e.adminURL})
+	return e
+}
+
+// newDirectEnv connects the client straight to an in-process broker, without a recorder: for
+// benchmarks, whose figures must not include the recorder's hop.
+func newDirectEnv(t testing.TB) *env {
+	t.Helper()
+	b := pulsartest.Start(t)
+	return &env{local: b, adminURL: b.AdminURL(), client: newClient(t, b.ServiceURL()),
+		agent: newTestAgent(t, Options{Name: "test", AdminURL: b.AdminURL()})}
+}
+
+func newClient(t testing.TB, url string) pulsar.Client {
+	t.Helper()
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, Logger: log.DefaultNopLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	return &env{broker: b, client: client, agent: newTestAgent(t, Options{Name: "test", AdminURL: b.AdminURL()})}
+	return client
+}
+
+// needsLocalBroker names the options that configure the broker itself.
+func needsLocalBroker(o pulsartest.Options) string {
+	o.EntriesPerLedger = 0 // a test's choice of ledger size only makes it stricter
+	if reflect.ValueOf(o).IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%+v", o)
+}
+
+// pulsartest returns the in-process broker, or skips the test on a remote broker: for fault
+// injection and settings only the test broker offers.
+func (e *env) pulsartest(t testing.TB, why string) *pulsartest.Broker {
+	t.Helper()
+	if e.local == nil {
+		t.Skipf("needs the in-process pulsartest broker: %s", why)
+	}
+	return e.local
 }
 
 func (e *env) subscribe(t testing.TB, opts pulsar.ConsumerOptions) *Consumer {
@@ -43,9 +145,26 @@ func (e *env) subscribe(t testing.TB, opts pulsar.ConsumerOptions) *Consumer {
 	return c
 }
 
+// subscribeRaw subscribes with the client alone (no agent).
+func (e *env) subscribeRaw(t testing.TB, opts pulsar.ConsumerOptions) pulsar.Consumer {
+	t.Helper()
+	c, err := e.client.Subscribe(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 // produce sends messages whose payloads are the numbers from..from+n-1; batch > 1 groups them
 // into batch entries of that many messages.
 func (e *env) produce(t testing.TB, topic string, from, n, batch int) {
+	t.Helper()
+	e.produceKeyed(t, topic, from, n, batch, nil)
+}
+
+// produceKeyed is produce with a message key chosen per message (nil: no key).
+func (e *env) produceKeyed(t testing.TB, topic string, from, n, batch int, key func(i int) string) {
 	t.Helper()
 	opts := pulsar.ProducerOptions{Topic: topic, DisableBatching: batch <= 1}
 	if batch > 1 {
@@ -62,15 +181,18 @@ func (e *env) produce(t testing.TB, topic string, from, n, batch int) {
 	var sendErr error
 	for i := from; i < from+n; i++ {
 		wg.Add(1)
-		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))},
-			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-				if err != nil {
-					mu.Lock()
-					sendErr = err
-					mu.Unlock()
-				}
-				wg.Done()
-			})
+		msg := &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))}
+		if key != nil {
+			msg.Key = key(i)
+		}
+		p.SendAsync(context.Background(), msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				mu.Lock()
+				sendErr = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
 		if batch > 1 && (i-from+1)%batch == 0 {
 			if err := p.Flush(); err != nil {
 				t.Fatal(err)
@@ -83,6 +205,257 @@ func (e *env) produce(t testing.TB, topic string, from, n, batch int) {
 	wg.Wait()
 	if sendErr != nil {
 		t.Fatal(sendErr)
+	}
+}
+
+// --- What the wire recorder saw.
+
+func (e *env) mark() wirerec.Mark { return e.wire.Mark() }
+
+// flows returns the FLOW commands for the subscription recorded after mark.
+func (e *env) flows(topic, sub string, since wirerec.Mark) []wirerec.Event {
+	return e.wire.Flows(wirerec.Filter{Topic: topic, Subscription: sub, Since: since})
+}
+
+// permits sums the FLOW permits for the subscription recorded after mark.
+func (e *env) permits(topic, sub string, since wirerec.Mark) int64 {
+	return e.wire.Permits(wirerec.Filter{Topic: topic, Subscription: sub, Since: since})
+}
+
+// delivered counts the messages the broker sent for the subscription after mark (a batch entry
+// counts its messages).
+func (e *env) delivered(topic, sub string, since wirerec.Mark) int {
+	return e.wire.Delivered(wirerec.Filter{Topic: topic, Subscription: sub, Since: since})
+}
+
+// barrier returns once every command c queued before the call is in the record.
+func (e *env) barrier(t testing.TB, c pulsar.Consumer) {
+	t.Helper()
+	if err := e.wire.Barrier(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// connectionBarrier is barrier for a consumer whose GetLastMessageIDs races with the client's
+// own topic discovery (partitioned and regex consumers in pulsar-client-go v0.19): it passes the
+// round trip through a probe consumer of the same client, which shares its connection to the
+// broker, so that every command queued on that connection before the call is in the record.
+func (e *env) connectionBarrier(t testing.TB) {
+	t.Helper()
+	probe := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: uniqueTopic(t) + "-probe", SubscriptionName: "probe"})
+	e.barrier(t, probe)
+}
+
+// dropConnections breaks every client connection at the recorder, as a network failure would;
+// the clients reconnect. Works against any broker.
+func (e *env) dropConnections() { e.wire.DropConnections() }
+
+// session is one subscription of a consumer on the wire (from a SUBSCRIBE on) with what it was
+// granted and sent.
+type session struct {
+	wirerec.Consumer
+	granted, delivered int64
+	active             *bool // the last ACTIVE_CONSUMER_CHANGE it got, if any
+	ended              bool  // closed (either side), its connection lost, or subscribed again
+}
+
+// outstanding is what the broker may still send without a new FLOW: granted minus sent (the
+// broker debits per message, so it can go negative with batches).
+func (s session) outstanding() int64 { return s.granted - s.delivered }
+
+// sessions returns the subscription's sessions on the wire, in SUBSCRIBE order, with their
+// counts.
+func (e *env) sessions(topic, sub string) []session {
+	f := wirerec.Filter{Topic: topic, Subscription: sub}
+	open := map[uint64]bool{}
+	for _, c := range e.wire.Connections() {
+		open[c.ID] = c.Closed.IsZero()
+	}
+	var out []session
+	index := map[wirerec.Mark]int{}
+	latest := map[wirerec.ConsumerKey]wirerec.Mark{}
+	for _, c := range e.wire.Consumers(f) {
+		index[c.Session] = len(out)
+		latest[c.ConsumerKey] = c.Session
+		out = append(out, session{Consumer: c, ended: !open[c.Conn]})
+	}
+	for i := range out {
+		if latest[out[i].ConsumerKey] != out[i].Session {
+			out[i].ended = true
+		}
+	}
+	for _, ev := range e.wire.Events(f, pb.BaseCommand_FLOW, pb.BaseCommand_MESSAGE, pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_ACTIVE_CONSUMER_CHANGE) {
+		i, ok := index[ev.Consumer.Session]
+		if !ok {
+			continue
+		}
+		s := &out[i]
+		switch ev.Type {
+		case pb.BaseCommand_FLOW:
+			s.granted += int64(ev.Permits)
+		case pb.BaseCommand_MESSAGE:
+			s.delivered += int64(ev.Messages)
+		case pb.BaseCommand_CLOSE_CONSUMER:
+			s.ended = true
+		case pb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+			s.active = &ev.Active
+		}
+	}
+	return out
+}
+
+// liveSessions returns the sessions still connected.
+func (e *env) liveSessions(topic, sub string) []session {
+	return slices.DeleteFunc(e.sessions(topic, sub), func(s session) bool { return s.ended })
+}
+
+// grantSpent reports whether the subscription has exactly `consumers` live sessions and the
+// broker has sent each every message its permits allowed.
+func (e *env) grantSpent(topic, sub string, consumers int) bool {
+	live := e.liveSessions(topic, sub)
+	if len(live) != consumers {
+		return false
+	}
+	for _, s := range live {
+		if s.granted == 0 || s.outstanding() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// activeConsumer waits until each of the subscription's `consumers` live consumers has been
+// told by the broker whether it is the active one (ACTIVE_CONSUMER_CHANGE on the wire, sent
+// after a change once activeConsumerFailoverDelayTimeMillis has passed, or at once to a consumer
+// that joins without changing the choice), and returns the active one's name. Exclusive and
+// Failover only.
+func (e *env) activeConsumer(t testing.TB, topic, sub string, consumers int) string {
+	t.Helper()
+	var name string
+	eventually(t, "the broker's choice of active consumer", func() bool {
+		name = ""
+		live := e.liveSessions(topic, sub)
+		if len(live) != consumers {
+			return false
+		}
+		for _, s := range live {
+			switch {
+			case s.active == nil:
+				return false
+			case *s.active && name != "":
+				return false
+			case *s.active:
+				name = s.Name
+			}
+		}
+		return name != ""
+	})
+	return name
+}
+
+// sessionCount counts the SUBSCRIBEs on the wire for the subscription.
+func (e *env) sessionCount(topic, sub string) int {
+	return len(e.wire.Consumers(wirerec.Filter{Topic: topic, Subscription: sub}))
+}
+
+// --- What the broker's admin API says.
+
+// subStats is the part of a subscription's admin stats (TopicStats.subscriptions) the tests
+// read; the field names are Pulsar's.
+type subStats struct {
+	MsgBacklog      int64  `json:"msgBacklog"`
+	UnackedMessages int64  `json:"unackedMessages"`
+	Type            string `json:"type"`
+	Consumers       []struct {
+		ConsumerName     string `json:"consumerName"`
+		AvailablePermits int64  `json:"availablePermits"`
+		UnackedMessages  int64  `json:"unackedMessages"`
+	} `json:"consumers"`
+}
+
+// stats reads the subscription's stats from the admin API (GET .../stats of a topic or
+// partition, or .../partitioned-stats of a partitioned topic); ok is false when the
+// subscription does not exist.
+func (e *env) stats(t testing.TB, topic, sub string, partitioned bool) (subStats, bool) {
+	t.Helper()
+	path, err := topicPath(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "/stats"
+	if partitioned {
+		endpoint = "/partitioned-stats"
+	}
+	var ts struct {
+		Subscriptions map[string]subStats `json:"subscriptions"`
+	}
+	e.adminJSON(t, http.MethodGet, path+endpoint, "", &ts)
+	st, ok := ts.Subscriptions[sub]
+	return st, ok
+}
+
+// backlog is the subscription's backlog from the admin API; acks that reached the broker take
+// it down.
+func (e *env) backlog(t testing.TB, topic, sub string) int64 {
+	t.Helper()
+	st, ok := e.stats(t, topic, sub, false)
+	if !ok {
+		t.Fatalf("subscription %s of %s not found", sub, topic)
+	}
+	return st.MsgBacklog
+}
+
+// createPartitioned creates a partitioned topic through the admin API.
+func (e *env) createPartitioned(t testing.TB, topic string, partitions int) {
+	t.Helper()
+	path, err := topicPath(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.adminJSON(t, http.MethodPut, path+"/partitions", strconv.Itoa(partitions), nil)
+}
+
+// updatePartitions grows a partitioned topic (admin POST .../partitions; the in-process broker
+// does it directly).
+func (e *env) updatePartitions(t testing.TB, topic string, partitions int) {
+	t.Helper()
+	if e.local != nil {
+		if err := e.local.UpdatePartitionedTopic(topic, partitions); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	path, err := topicPath(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.adminJSON(t, http.MethodPost, path+"/partitions", strconv.Itoa(partitions), nil)
+}
+
+func (e *env) adminJSON(t testing.TB, method, path, body string, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, e.adminURL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("admin %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("admin %s %s: HTTP %d: %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("admin %s %s: %v: %s", method, path, err, b)
+		}
 	}
 }
 
@@ -177,14 +550,8 @@ func (col *collector) distinct() map[int]bool {
 	return seen
 }
 
-// flowPermits sums the permits of FLOWs recorded from index `from` on.
-func flowPermits(flows []pulsartest.Flow, from int) (sum int64) {
-	for _, f := range flows[from:] {
-		sum += int64(f.Permits)
-	}
-	return sum
-}
-
+// uniqueTopic names a topic no other test, run or process uses, so that a shared remote broker
+// needs no cleanup between tests.
 func uniqueTopic(t testing.TB) string {
 	return fmt.Sprintf("persistent://public/default/%s-%d", sanitize(t.Name()), time.Now().UnixNano())
 }

@@ -11,27 +11,30 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 const queueSize = 10
 
 // pausedAfterQuiescence consumes `first` messages, waits until the client has returned every
-// permit they earned (initial grant + first), and pauses. It returns the FLOW count at pause.
-func pausedAfterQuiescence(t *testing.T, e *env, topic string, c *Consumer, col *collector, first int) int {
+// permit they earned (initial grant + first) and the broker has their acks, and pauses. It
+// returns the wire record's mark at the pause.
+func pausedAfterQuiescence(t *testing.T, e *env, topic string, c *Consumer, col *collector, first int) wirerec.Mark {
 	t.Helper()
 	e.produce(t, topic, 0, first, 1)
 	eventually(t, "the first messages", func() bool { return col.count() == first })
 	eventually(t, "permits for the first messages", func() bool {
-		return flowPermits(e.broker.Flows(topic, "sub"), 0) == int64(queueSize+first)
+		return e.permits(topic, "sub", 0) == int64(queueSize+first)
 	})
 	// Acks are grouped; once the broker has them, a reconnect redelivers nothing the client
 	// would discard as a duplicate (discarded duplicates return their permits at once).
-	eventually(t, "acks of the first messages", func() bool { return e.broker.Subscription(topic, "sub").Acked == int64(first) })
+	eventually(t, "acks of the first messages", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	c.Pause()
 	if c.State() != protocol.Paused {
 		t.Fatalf("state %s after Pause", c.State())
 	}
-	return len(e.broker.Flows(topic, "sub"))
+	return e.mark()
 }
 
 func TestIntegrationPauseGrantsNoPermitsAndDeliversNothing(t *testing.T) {
@@ -39,19 +42,16 @@ func TestIntegrationPauseGrantsNoPermitsAndDeliversNothing(t *testing.T) {
 	topic := uniqueTopic(t)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
-	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 50)
+	atPause := pausedAfterQuiescence(t, e, topic, c, col, 50)
 
 	e.produce(t, topic, 50, 100, 1)
 	// The broker spends the permits granted before the pause, then the backlog stays put.
 	eventually(t, "the old grant spent", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0 && st.Backlog >= 100
+		return e.grantSpent(topic, "sub", 1) && e.backlog(t, topic, "sub") >= 100
 	})
-	if _, err := c.GetLastMessageIDs(); err != nil { // a round trip behind any FLOW already sent
-		t.Fatal(err)
-	}
-	if n := len(e.broker.Flows(topic, "sub")); n != flowsAtPause {
-		t.Fatalf("%d FLOWs after Pause returned, want 0", n-flowsAtPause)
+	e.barrier(t, c)
+	if f := e.flows(topic, "sub", atPause); len(f) != 0 {
+		t.Fatalf("%d FLOWs after Pause returned, want 0: %+v", len(f), f)
 	}
 	if n := col.count(); n != 50 {
 		t.Fatalf("%d messages reached the application while paused", n-50)
@@ -73,22 +73,18 @@ func TestIntegrationPauseSurvivesReconnect(t *testing.T) {
 	topic := uniqueTopic(t)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
-	flowsAtPause := pausedAfterQuiescence(t, e, topic, c, col, 20)
+	atPause := pausedAfterQuiescence(t, e, topic, c, col, 20)
 	e.produce(t, topic, 20, 100, 1)
-	oldConn := e.broker.Subscription(topic, "sub").Consumers[0].Conn
+	sessions := e.sessionCount(topic, "sub")
 
-	e.broker.DropConnections()
+	e.dropConnections()
 	eventually(t, "the reconnected consumer's grant spent", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Conn != oldConn && st.Consumers[0].Permits == 0
+		return e.sessionCount(topic, "sub") > sessions && e.grantSpent(topic, "sub", 1)
 	})
-	if _, err := c.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
-	}
-	flows := e.broker.Flows(topic, "sub")
+	e.barrier(t, c)
 	// Known pulsar-client-go limit: the reconnect re-grants the receiver queue, no more.
-	if got := flowPermits(flows, flowsAtPause); got > queueSize {
-		t.Fatalf("%d permits granted after Pause across one reconnect, want at most %d: %+v", got, queueSize, flows[flowsAtPause:])
+	if got := e.permits(topic, "sub", atPause); got > queueSize {
+		t.Fatalf("%d permits granted after Pause across one reconnect, want at most %d: %+v", got, queueSize, e.flows(topic, "sub", atPause))
 	}
 	if n := col.count(); n != 20 {
 		t.Fatalf("%d messages reached the application while paused", n-20)
@@ -106,21 +102,18 @@ func TestIntegrationZeroQueuePausedGrantsNothingEvenOnReconnect(t *testing.T) {
 	e.produce(t, topic, 0, 5, 1)
 	eventually(t, "the first messages", func() bool { return col.count() == 5 })
 	// The collector is back in Receive: one FLOW(1) per message plus the pending one.
-	eventually(t, "the pending receive's permit", func() bool { return flowPermits(e.broker.Flows(topic, "sub"), 0) == 6 })
+	eventually(t, "the pending receive's permit", func() bool { return e.permits(topic, "sub", 0) == 6 })
 	c.Pause()
-	flowsAtPause := len(e.broker.Flows(topic, "sub"))
+	atPause := e.mark()
 
 	e.produce(t, topic, 5, 20, 1)
-	oldConn := e.broker.Subscription(topic, "sub").Consumers[0].Conn
-	e.broker.DropConnections()
+	sessions := e.sessionCount(topic, "sub")
+	e.dropConnections()
 	eventually(t, "the consumer reconnected", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Conn != oldConn && st.Backlog >= 20
+		return e.sessionCount(topic, "sub") > sessions && len(e.liveSessions(topic, "sub")) == 1 && e.backlog(t, topic, "sub") >= 20
 	})
-	if _, err := c.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
-	}
-	if got := flowPermits(e.broker.Flows(topic, "sub"), flowsAtPause); got != 0 {
+	e.barrier(t, c)
+	if got := e.permits(topic, "sub", atPause); got != 0 {
 		t.Fatalf("a paused zero-queue consumer granted %d permits", got)
 	}
 	if n := col.count(); n != 5 {
@@ -130,22 +123,32 @@ func TestIntegrationZeroQueuePausedGrantsNothingEvenOnReconnect(t *testing.T) {
 	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 25 })
 }
 
-// Thousands of messages, paused and resumed over and over (with one broker-side reconnect
-// while paused): none is lost, none reaches a Receive that started while paused.
+// Thousands of messages, paused and resumed over and over (with one reconnect while paused):
+// none is lost, none reaches a Receive that started while paused. A real broker answers a grant
+// of N permits with up to N batch ENTRIES (dispatcherMaxReadBatchSize 100, the default), so the
+// batches are small enough that the client's queue of 100 permits holds a fraction of the topic
+// and the consumer needs many grants, across many cycles.
 func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	topic := uniqueTopic(t)
-	const total = 3000
+	const total, batch = 3000, 5
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 100})
-	e.produce(t, topic, 0, total, 50)
+	e.produce(t, topic, 0, total, batch)
 
 	var epoch, violations, attemptsWhilePaused atomic.Int64
 	seen := make([]atomic.Bool, total)
 	var distinct atomic.Int64
+	stop := make(chan struct{})
 	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
 		for distinct.Load() < total {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			ep := epoch.Load()
 			if ep%2 == 1 {
 				attemptsWhilePaused.Add(1)
@@ -174,10 +177,10 @@ func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 		c.Pause()
 		epoch.Add(1)
 		if cycle == 5 {
-			e.broker.DropConnections()
+			e.dropConnections()
 		}
 		attempts := attemptsWhilePaused.Load()
-		for attemptsWhilePaused.Load() < attempts+2 && distinct.Load() < total {
+		for attemptsWhilePaused.Load() < attempts+2 && distinct.Load() < total && time.Now().Before(deadline) {
 			runtime.Gosched()
 		}
 		epoch.Add(1)
@@ -186,40 +189,32 @@ func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	<-done
 	if v := violations.Load(); v != 0 {
 		t.Fatalf("%d messages reached the application while paused", v)
 	}
 	if attemptsWhilePaused.Load() == 0 || cycle < 10 {
 		t.Fatalf("only %d pause cycles, %d receives while paused", cycle, attemptsWhilePaused.Load())
 	}
-	t.Logf("%d pause cycles, %d receives attempted while paused", cycle, attemptsWhilePaused.Load())
+	grants := len(e.flows(topic, "sub", 0))
+	if grants < 10 {
+		t.Fatalf("the consumer needed only %d FLOWs for %d messages: too few grants to exercise the gate", grants, total)
+	}
+	t.Logf("%d pause cycles, %d receives attempted while paused, %d FLOWs", cycle, attemptsWhilePaused.Load(), grants)
 }
 
 func TestIntegrationPartitionedTopic(t *testing.T) {
 	e := newEnv(t)
 	topic := uniqueTopic(t)
-	if err := e.broker.CreatePartitionedTopic(topic, 3); err != nil {
-		t.Fatal(err)
-	}
+	e.createPartitioned(t, topic, 3)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
-	eventually(t, "three initial grants", func() bool { return len(e.broker.Flows(topic, "sub")) == 3 })
+	eventually(t, "three initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 3 })
 	c.Pause()
-	flowsAtPause := len(e.broker.Flows(topic, "sub"))
+	atPause := e.mark()
 	e.produce(t, topic, 0, 90, 1)
-	eventually(t, "every partition's grant spent", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		spent := len(st.Consumers) == 3
-		for _, cs := range st.Consumers {
-			spent = spent && cs.Permits == 0
-		}
-		return spent
-	})
-	if _, err := c.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(e.broker.Flows(topic, "sub")) - flowsAtPause; n != 0 || col.count() != 0 {
+	eventually(t, "every partition's grant spent", func() bool { return e.grantSpent(topic, "sub", 3) })
+	e.connectionBarrier(t)
+	if n := len(e.flows(topic, "sub", atPause)); n != 0 || col.count() != 0 {
 		t.Fatalf("while paused: %d FLOWs, %d messages delivered", n, col.count())
 	}
 	c.Resume()
@@ -232,29 +227,22 @@ func TestIntegrationPartitionedTopic(t *testing.T) {
 func TestIntegrationPartitionAppearingWhilePaused(t *testing.T) {
 	e := newEnv(t)
 	topic := uniqueTopic(t)
-	if err := e.broker.CreatePartitionedTopic(topic, 2); err != nil {
-		t.Fatal(err)
-	}
+	e.createPartitioned(t, topic, 2)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize,
 		AutoDiscoveryPeriod: 50 * time.Millisecond})
 	col := collectAcking(t, c, false)
-	eventually(t, "two initial grants", func() bool { return len(e.broker.Flows(topic, "sub")) == 2 })
+	eventually(t, "two initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 2 })
 	c.Pause()
-	if err := e.broker.UpdatePartitionedTopic(topic, 3); err != nil {
-		t.Fatal(err)
-	}
+	e.updatePartitions(t, topic, 3)
 	added := topic + "-partition-2"
-	eventually(t, "a consumer on the new partition", func() bool { return len(e.broker.Subscription(added, "sub").Consumers) == 1 })
+	eventually(t, "a consumer on the new partition", func() bool { return len(e.liveSessions(added, "sub")) == 1 })
 	e.produce(t, topic, 0, 60, 1)
-	eventually(t, "the new partition's grant spent", func() bool {
-		st := e.broker.Subscription(added, "sub")
-		return st.Consumers[0].Permits == 0
-	})
+	eventually(t, "the new partition's grant spent", func() bool { return e.grantSpent(added, "sub", 1) })
 	if n := col.count(); n != 0 {
 		t.Fatalf("%d messages reached the application while paused", n)
 	}
-	flows := e.broker.Flows(added, "sub")
-	if len(flows) != 1 || flows[0].Permits > queueSize {
+	e.connectionBarrier(t)
+	if flows := e.flows(added, "sub", 0); len(flows) != 1 || flows[0].Permits > queueSize {
 		t.Fatalf("new partition FLOWs while paused: %+v, want only the initial grant", flows)
 	}
 	c.Resume()
@@ -277,12 +265,13 @@ func TestIntegrationRegexTopicAppearingWhilePaused(t *testing.T) {
 
 	second := prefix + "-b"
 	e.produce(t, second, 1, 30, 1)
-	eventually(t, "the new topic's consumer and its grant spent", func() bool {
-		st := e.broker.Subscription(second, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
-	})
+	eventually(t, "the new topic's consumer and its grant spent", func() bool { return e.grantSpent(second, "sub", 1) })
+	e.connectionBarrier(t)
 	if n := col.count(); n != 1 {
 		t.Fatalf("%d messages of the new topic reached the application while paused", n-1)
+	}
+	if flows := e.flows(second, "sub", 0); len(flows) != 1 || flows[0].Permits > queueSize {
+		t.Fatalf("new topic FLOWs while paused: %+v, want only the initial grant", flows)
 	}
 	c.Resume()
 	eventually(t, "the new topic's messages", func() bool { return len(col.distinct()) == 31 })
@@ -292,26 +281,30 @@ func TestIntegrationMultiTopic(t *testing.T) {
 	e := newEnv(t)
 	a, b := uniqueTopic(t)+"-a", uniqueTopic(t)+"-b"
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topics: []string{a, b}, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
+	eventually(t, "the initial grant on each topic", func() bool { return len(e.flows(a, "sub", 0)) == 1 && len(e.flows(b, "sub", 0)) == 1 })
 	c.Pause()
+	atPause := e.mark()
 	e.produce(t, a, 0, 10, 1)
 	e.produce(t, b, 10, 10, 1)
 	ch := c.Chan()
 	for _, topic := range []string{a, b} {
-		eventually(t, "the grant on "+topic+" spent", func() bool {
-			st := e.broker.Subscription(topic, "sub")
-			return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
-		})
+		eventually(t, "the grant on "+topic+" spent", func() bool { return e.grantSpent(topic, "sub", 1) })
 	}
-	if _, err := c.GetLastMessageIDs(); err != nil {
-		t.Fatal(err)
-	}
+	e.barrier(t, c)
 	select {
 	case cm := <-ch:
 		t.Fatalf("message %s reached Chan() while paused", cm.Payload())
 	default:
 	}
+	for _, topic := range []string{a, b} {
+		if f := e.flows(topic, "sub", atPause); len(f) != 0 {
+			t.Fatalf("%d FLOWs on %s while paused", len(f), topic)
+		}
+	}
 	c.Resume()
 	got := map[int]bool{}
+	timeout := time.NewTimer(15 * time.Second)
+	defer timeout.Stop()
 	for len(got) < 20 {
 		select {
 		case cm := <-ch:
@@ -319,7 +312,7 @@ func TestIntegrationMultiTopic(t *testing.T) {
 			if err := cm.Consumer.Ack(cm.Message); err != nil {
 				t.Fatal(err)
 			}
-		case <-time.After(15 * time.Second):
+		case <-timeout.C:
 			t.Fatalf("only %d of 20 messages through Chan()", len(got))
 		}
 	}
@@ -333,14 +326,8 @@ func TestIntegrationStopReturnsMessagesToSharedSibling(t *testing.T) {
 	c := e.subscribe(t, opts)
 	c.Pause()
 	e.produce(t, topic, 0, 50, 1)
-	eventually(t, "all messages buffered in the paused consumer", func() bool {
-		return e.broker.Subscription(topic, "sub").Dispatched == 50
-	})
-	sibling, err := e.client.Subscribe(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sibling.Close()
+	eventually(t, "all messages buffered in the paused consumer", func() bool { return e.delivered(topic, "sub", 0) == 50 })
+	sibling := e.subscribeRaw(t, opts)
 
 	c.Stop()
 	if st := c.Status(); st.State != protocol.Stopped || st.Connected {
@@ -373,12 +360,13 @@ func TestIntegrationStartGated(t *testing.T) {
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
 	e.produce(t, topic, 0, 20, 1)
-	eventually(t, "the initial grant spent", func() bool {
-		st := e.broker.Subscription(topic, "sub")
-		return len(st.Consumers) == 1 && st.Consumers[0].Permits == 0
-	})
+	eventually(t, "the initial grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+	e.barrier(t, c)
 	if col.count() != 0 {
 		t.Fatal("a start-gated consumer delivered before sync")
+	}
+	if f := e.flows(topic, "sub", 0); len(f) != 1 || f[0].Permits != queueSize {
+		t.Fatalf("FLOWs before sync: %+v, want only the initial grant", f)
 	}
 	e.agent.MarkSynced()
 	eventually(t, "messages after sync", func() bool { return col.count() == 20 })
@@ -393,11 +381,7 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 	e.produce(t, topic, 0, 6, 1)
 	var got []pulsar.Message
 	for range 6 {
-		m, err := c.Receive(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, m)
+		got = append(got, receiveOne(t, c))
 	}
 	c.Pause()
 	for _, m := range got[:5] {
@@ -406,12 +390,17 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 		}
 	}
 	c.Nack(got[5])
-	eventually(t, "acks while paused", func() bool { return e.broker.Subscription(topic, "sub").Acked == 5 })
+	eventually(t, "acks while paused", func() bool { return e.backlog(t, topic, "sub") == 1 })
 	if n := c.DeferredNacks(); n != 1 {
 		t.Fatalf("%d deferred nacks, want 1", n)
 	}
-	if d := e.broker.Subscription(topic, "sub").Dispatched; d != 6 {
+	waitNackDelays(t, e, 2)
+	e.barrier(t, c)
+	if d := e.delivered(topic, "sub", 0); d != 6 {
 		t.Fatalf("%d messages dispatched while paused, want the 6 from before", d)
+	}
+	if r := e.wire.Events(wirerec.Filter{Topic: topic, Subscription: "sub"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES); len(r) != 0 {
+		t.Fatalf("redelivery requested while paused: %+v", r)
 	}
 	c.Resume()
 	if s := seqOfMessage(t, receiveN(t, c, 1)[0]); s != 5 {
@@ -420,4 +409,16 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 	if n := c.DeferredNacks(); n != 0 {
 		t.Fatalf("%d nacks still deferred after resume", n)
 	}
+}
+
+// receiveOne receives one message without acking it, failing after a deadline.
+func receiveOne(t testing.TB, c pulsar.Consumer) pulsar.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	m, err := c.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

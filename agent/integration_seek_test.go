@@ -25,7 +25,7 @@ func consumedTopic(t *testing.T, e *env, n, batch int, opts pulsar.ConsumerOptio
 	c := e.subscribe(t, opts)
 	e.produce(t, topic, 0, n, batch)
 	receiveN(t, c, n)
-	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == int64(n) })
+	eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	return c, topic
 }
 
@@ -84,7 +84,7 @@ func TestIntegrationSeekWhilePaused(t *testing.T) {
 	c, topic := consumedTopic(t, e, 30, 1, pulsar.ConsumerOptions{})
 	ch := c.Chan()
 	e.produce(t, topic, 30, 20, 1)
-	eventually(t, "a message in the pump's hand", func() bool { return e.broker.Subscription(topic, "sub").Dispatched >= 31 })
+	eventually(t, "a message in the pump's hand", func() bool { return e.delivered(topic, "sub", 0) >= 31 })
 	c.Pause()
 	if _, err := c.SeekByIndex(context.Background(), 12); err != nil {
 		t.Fatal(err)
@@ -126,16 +126,17 @@ func TestIntegrationSeekStoppedConsumer(t *testing.T) {
 func TestIntegrationSeekPartitionedTopic(t *testing.T) {
 	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
 	topic := uniqueTopic(t)
-	if err := e.broker.CreatePartitionedTopic(topic, 2); err != nil {
-		t.Fatal(err)
-	}
+	e.createPartitioned(t, topic, 2)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	// Partition p holds payloads 1000p + index, in batches of 5.
 	for p := range 2 {
 		e.produce(t, fmt.Sprintf("%s-partition-%d", topic, p), 1000*p, 30, 5)
 	}
 	receiveN(t, c, 60)
-	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == 60 })
+	eventually(t, "acks", func() bool {
+		st, ok := e.stats(t, topic, "sub", true)
+		return ok && st.MsgBacklog == 0
+	})
 
 	res, err := c.SeekPartitionsByIndex(context.Background(), []protocol.PartitionIndex{{Partition: 0, Index: 12}, {Partition: 1, Index: 25}})
 	if err != nil {
@@ -179,12 +180,13 @@ func TestIntegrationSeekWithoutIndexMetadata(t *testing.T) {
 			e := newEnv(t, broker)
 			c, topic := consumedTopic(t, e, 10, 1, pulsar.ConsumerOptions{})
 			e.produce(t, topic, 10, 10, 1)
-			before := e.broker.Subscription(topic, "sub").Cursors
+			b := e.pulsartest(t, "a broker without index metadata")
+			before := b.Subscription(topic, "sub").Cursors
 			_, err := c.SeekByIndex(context.Background(), 3)
 			if !errors.Is(err, ErrIndexMetadataDisabled) {
 				t.Fatalf("err = %v, want ErrIndexMetadataDisabled", err)
 			}
-			if after := e.broker.Subscription(topic, "sub").Cursors; !slices.Equal(before, after) {
+			if after := b.Subscription(topic, "sub").Cursors; !slices.Equal(before, after) {
 				t.Fatalf("cursor moved: %+v -> %+v", before, after)
 			}
 			if got := seqOfMessage(t, receiveN(t, c, 1)[0]); got != 10 {
@@ -211,14 +213,10 @@ func TestIntegrationSeekLatestRedeliversNothingToSiblings(t *testing.T) {
 			opts := pulsar.ConsumerOptions{Type: pulsar.Shared}
 			c, topic := consumedTopic(t, e, 20, batch, opts)
 			opts.Topic, opts.SubscriptionName = topic, "sub"
-			sibling, err := e.client.Subscribe(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sibling.Close()
+			sibling := e.subscribeRaw(t, opts)
 			sibCol := collect(t, sibling)
 			col := collect(t, c)
-			dispatched := e.broker.Subscription(topic, "sub").Dispatched
+			dispatched := e.delivered(topic, "sub", 0)
 			res, err := c.SeekByIndex(context.Background(), 1<<40)
 			if err != nil {
 				t.Fatal(err)
@@ -226,15 +224,15 @@ func TestIntegrationSeekLatestRedeliversNothingToSiblings(t *testing.T) {
 			if p := res.Positions; len(p) != 1 || p[0].Index != 20 {
 				t.Fatalf("positions %+v, want index 20 next", p)
 			}
-			if st := e.broker.Subscription(topic, "sub"); st.Backlog != 0 || st.Dispatched != dispatched {
-				t.Fatalf("after seek to latest: backlog %d (want 0), %d dispatched again", st.Backlog, st.Dispatched-dispatched)
+			if b, d := e.backlog(t, topic, "sub"), e.delivered(topic, "sub", 0); b != 0 || d != dispatched {
+				t.Fatalf("after seek to latest: backlog %d (want 0), %d dispatched again", b, d-dispatched)
 			}
 			e.produce(t, topic, 20, 1, 1)
 			eventually(t, "the new message", func() bool { return col.count()+sibCol.count() == 1 })
 			if got := append(col.seqsCopy(), sibCol.seqsCopy()...); !slices.Equal(got, []int{20}) {
 				t.Fatalf("after seek to latest the consumers got %v, want only [20]", got)
 			}
-			if d := e.broker.Subscription(topic, "sub").Dispatched - dispatched; d != 1 {
+			if d := e.delivered(topic, "sub", 0) - dispatched; d != 1 {
 				t.Fatalf("%d messages dispatched after the seek, want 1", d)
 			}
 		})
@@ -248,17 +246,18 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
 	topic := uniqueTopic(t)
 	opts := pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Failover}
-	activeOpts := opts
-	activeOpts.Name = "a-active" // Failover elects by name: this one is active
-	active, err := e.client.Subscribe(activeOpts)
-	if err != nil {
-		t.Fatal(err)
+	consumers := map[string]*Consumer{}
+	for _, name := range []string{"one", "two"} {
+		opts.Name = name
+		consumers[name] = e.subscribe(t, opts)
 	}
-	opts.Name = "b-standby"
-	standby := e.subscribe(t, opts)
+	// The broker picks the active consumer (a hash ring of the names probed with the topic
+	// name); ask it through the wire.
+	activeName := e.activeConsumer(t, topic, "sub", 2)
+	active, standby := consumers[activeName], consumers[map[string]string{"one": "two", "two": "one"}[activeName]]
 	e.produce(t, topic, 0, 40, 1)
 	receiveN(t, active, 40)
-	eventually(t, "acks", func() bool { return e.broker.Subscription(topic, "sub").Acked == 40 })
+	eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 
 	if _, err := standby.SeekByIndex(context.Background(), 20); err != nil {
 		t.Fatal(err)
@@ -268,10 +267,11 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 			t.Fatalf("active consumer got %d after the seek, want %d", got, 20+i)
 		}
 	}
-	eventually(t, "acks after the seek", func() bool { return e.broker.Subscription(topic, "sub").Backlog == 0 })
-	e.broker.DropConnections() // a later reconnect of every client
+	eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	e.dropConnections() // a later reconnect of every client
 	active.Close()
 	first := resetToStart(t, e, topic)
+	// The standby becomes active after the broker's failover delay; receiveN waits for it.
 	got := receiveN(t, standby, 40)
 	if s := seqOfMessage(t, got[0]); s != 0 {
 		t.Fatalf("after the reset to %+v the former standby got %d first, want 0", first, s)
