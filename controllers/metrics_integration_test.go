@@ -43,8 +43,46 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// TestAgentCountsCoverEveryPod: with more pods than status lists, the metric still counts all.
+// counter sums a controller counter's series whose reason label is reason.
+func counter(t *testing.T, metric, reason string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label(m, "reason") == reason {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func histogramCount(t *testing.T, metric string) uint64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == metric && len(f.GetMetric()) > 0 {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+// TestAgentCountsCoverEveryPod: with more pods than status lists, the metric still counts all;
+// each failed push counts as Unreachable and is timed.
 func TestAgentCountsCoverEveryPod(t *testing.T) {
+	unreachableBefore := counter(t, "subflow_agent_push_errors_total", "Unreachable")
+	pushesBefore := histogramCount(t, "subflow_agent_push_duration_seconds")
 	ns := namespace(t, true)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,6 +102,15 @@ func TestAgentCountsCoverEveryPod(t *testing.T) {
 	}, func() string { return fmt.Sprint(flowSeries(t, "subflow_flow_agents", ns, "many")) })
 	if got := len(getFlow(t, flow).Status.Agents); got != 50 {
 		t.Fatalf("status lists %d agents, want the bounded 50", got)
+	}
+	if got := counter(t, "subflow_agent_push_errors_total", "Unreachable") - unreachableBefore; got < pods {
+		t.Fatalf("%v Unreachable push errors counted, want at least %d", got, pods)
+	}
+	if got := histogramCount(t, "subflow_agent_push_duration_seconds") - pushesBefore; got < pods {
+		t.Fatalf("%d pushes timed, want at least %d", got, pods)
+	}
+	if got := flowSeries(t, "subflow_flow_paused", ns, "many")["Paused"]; got != 1 {
+		t.Fatalf("subflow_flow_paused{state=Paused} = %v, want 1", got)
 	}
 }
 
