@@ -89,13 +89,27 @@ func (fc *fakeConsumer) Receive(ctx context.Context) (pulsar.Message, error) {
 	}
 }
 
-// push plays the dispatcher: it blocks until the gate takes the message or the consumer closes.
+// push plays the dispatcher: it blocks until the gate takes the message, the consumer closes
+// (as it does when the test ends) or waitLimit passes, and reports whether the gate took it.
 func (fc *fakeConsumer) push(n int64) bool {
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
 	select {
 	case fc.ch <- pulsar.ConsumerMessage{Message: fakeMessage{id: pulsar.NewMessageID(1, n, -1, 0), seq: n}}:
 		return true
 	case <-fc.closed:
 		return false
+	case <-timer.C:
+		return false
+	}
+}
+
+// mustPush pushes from the test's goroutine and fails the test when the gate does not take the
+// message in time.
+func (fc *fakeConsumer) mustPush(t testing.TB, n int64) {
+	t.Helper()
+	if !fc.push(n) {
+		t.Fatalf("the gate did not take message %d within %s", n, waitLimit)
 	}
 }
 
@@ -132,6 +146,55 @@ func seqOf(t testing.TB, m pulsar.Message) int64 {
 		t.Fatalf("unexpected message type %T", m)
 	}
 	return fm.seq
+}
+
+// waitLimit bounds every wait of a test: a test that fails never hangs.
+const waitLimit = 10 * time.Second
+
+// recvWithin returns the next value from ch, failing the test after waitLimit.
+func recvWithin[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// receiveInBackground receives from c until the test ends and sends each message's sequence
+// number on the returned channel. The test's cleanup stops the goroutine and waits for it.
+func receiveInBackground(t testing.TB, c pulsar.Consumer, buffer int) <-chan int64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan int64, buffer)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := c.Receive(ctx)
+			if err != nil {
+				return
+			}
+			fm, ok := m.(fakeMessage)
+			if !ok {
+				t.Errorf("unexpected message type %T", m)
+				return
+			}
+			select {
+			case got <- fm.seq:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return got
 }
 
 // eventually polls cond until it holds or the deadline passes.

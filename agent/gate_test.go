@@ -66,21 +66,12 @@ func TestPauseTakesNothingAndResumeDeliversInOrder(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	inner := fc.last()
 
-	got := make(chan int64, 100)
-	go func() {
-		for {
-			m, err := c.Receive(context.Background())
-			if err != nil {
-				return
-			}
-			got <- seqOf(t, m)
-		}
-	}()
+	got := receiveInBackground(t, c, 100)
 	for i := int64(0); i < 10; i++ {
-		inner.push(i)
+		inner.mustPush(t, i)
 	}
 	for i := int64(0); i < 10; i++ {
-		if s := <-got; s != i {
+		if s := recvWithin(t, "a message", got); s != i {
 			t.Fatalf("got %d, want %d", s, i)
 		}
 	}
@@ -94,10 +85,9 @@ func TestPauseTakesNothingAndResumeDeliversInOrder(t *testing.T) {
 	}
 	pushed := make(chan struct{})
 	go func() {
-		for i := int64(10); i < 20; i++ {
-			inner.push(i)
+		defer close(pushed)
+		for i := int64(10); i < 20 && inner.push(i); i++ {
 		}
-		close(pushed)
 	}()
 	select {
 	case s := <-got:
@@ -109,11 +99,11 @@ func TestPauseTakesNothingAndResumeDeliversInOrder(t *testing.T) {
 
 	c.Resume()
 	for i := int64(10); i < 20; i++ {
-		if s := <-got; s != i {
+		if s := recvWithin(t, "a message after resume", got); s != i {
 			t.Fatalf("after resume got %d, want %d", s, i)
 		}
 	}
-	<-pushed
+	recvWithin(t, "the pushes to end", pushed)
 }
 
 // A message the gate has in hand when Pause comes is held, reported, and delivered first.
@@ -122,15 +112,15 @@ func TestHeldMessageDeliveredFirstAfterResume(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	inner := fc.last()
 	ch := c.Chan()
-	inner.push(1) // the pump takes it and offers it to an application that is not reading
+	inner.mustPush(t, 1) // the pump takes it and offers it to an application that is not reading
 	c.Pause()
 	if st := c.Status(); st.HeldMessages != 1 || st.State != protocol.Paused {
 		t.Fatalf("status = %+v, want one held message, Paused", st)
 	}
-	go inner.push(2)
+	go inner.push(2) // ends when taken, or when the test's cleanup closes the consumer
 	c.Resume()
 	for want := int64(1); want <= 2; want++ {
-		cm := <-ch
+		cm := recvWithin(t, "a message through Chan()", ch)
 		if s := seqOf(t, cm.Message); s != want {
 			t.Fatalf("got %d, want %d", s, want)
 		}
@@ -149,19 +139,13 @@ func TestReceiveBlocksWhilePaused(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := c.Receive(ctx); errc <- err }()
 	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
+	if err := recvWithin(t, "Receive to return", errc); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive returned %v, want context.Canceled", err)
 	}
-	got := make(chan int64, 1)
-	go func() {
-		m, err := c.Receive(context.Background())
-		if err == nil {
-			got <- seqOf(t, m)
-		}
-	}()
+	got := receiveInBackground(t, c, 1)
 	go fc.last().push(7)
 	c.Resume()
-	if s := <-got; s != 7 {
+	if s := recvWithin(t, "a message after resume", got); s != 7 {
 		t.Fatalf("got %d, want 7", s)
 	}
 }
@@ -173,7 +157,7 @@ func TestCloseUnblocksReceive(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := c.Receive(context.Background()); errc <- err }()
 	c.Close()
-	if err := <-errc; !errors.Is(err, ErrConsumerClosed) {
+	if err := recvWithin(t, "Receive to return", errc); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("Receive returned %v, want ErrConsumerClosed", err)
 	}
 }
@@ -184,7 +168,7 @@ func TestSeekDropsHeldMessagesUnacked(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	inner := fc.last()
 	c.Chan()
-	inner.push(1)
+	inner.mustPush(t, 1)
 	c.Pause()
 	if err := c.Seek(pulsar.NewMessageID(1, 0, -1, 0)); err != nil {
 		t.Fatal(err)
@@ -201,7 +185,7 @@ func TestDropHeldBefore(t *testing.T) {
 	fc := &fakeClient{}
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	c.Chan()
-	fc.last().push(1)
+	fc.last().mustPush(t, 1)
 	c.Pause()
 	if n := c.DropHeld(time.Now().Add(-time.Hour)); n != 0 {
 		t.Fatalf("dropped %d messages taken after the cut-off", n)
@@ -216,13 +200,7 @@ func TestStopAndRun(t *testing.T) {
 	fc := &fakeClient{}
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	first := fc.last()
-	got := make(chan int64, 1)
-	go func() {
-		m, err := c.Receive(context.Background())
-		if err == nil {
-			got <- seqOf(t, m)
-		}
-	}()
+	got := receiveInBackground(t, c, 1)
 	c.Stop()
 	select {
 	case <-first.closed:
@@ -245,8 +223,8 @@ func TestStopAndRun(t *testing.T) {
 	if second.ch == first.ch {
 		t.Fatal("Run reused the channel of the closed consumer")
 	}
-	second.push(5)
-	if s := <-got; s != 5 {
+	second.mustPush(t, 5)
+	if s := recvWithin(t, "a message after Run", got); s != 5 {
 		t.Fatalf("got %d, want 5", s)
 	}
 }
@@ -405,19 +383,10 @@ func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
 		}()
 		c.Chan()
 	}()
-	got := make(chan int64, 10)
-	go func() {
-		for {
-			m, err := c.Receive(context.Background())
-			if err != nil {
-				return
-			}
-			got <- seqOf(t, m)
-		}
-	}()
+	got := receiveInBackground(t, c, 10)
 	eventually(t, "an underlying Receive", func() bool { return inner.receives.Load() == 1 })
 	c.Pause()
-	inner.push(1) // the permit granted before the pause brings its message: held
+	inner.mustPush(t, 1) // the permit granted before the pause brings its message: held
 	eventually(t, "the message held", func() bool { return c.Status().HeldMessages == 1 })
 	if inner.tryPush(2) {
 		t.Fatal("a paused zero-queue consumer took a second message")
@@ -431,11 +400,11 @@ func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
 	default:
 	}
 	c.Resume()
-	if s := <-got; s != 1 {
+	if s := recvWithin(t, "the held message", got); s != 1 {
 		t.Fatalf("got %d, want the held 1", s)
 	}
-	inner.push(2)
-	if s := <-got; s != 2 {
+	inner.mustPush(t, 2)
+	if s := recvWithin(t, "the next message", got); s != 2 {
 		t.Fatalf("got %d, want 2", s)
 	}
 }
@@ -451,12 +420,15 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	var violations, attemptsWhilePaused atomic.Int64
 	seen := make([]atomic.Bool, total)
 	var received atomic.Int64
+	// Every goroutine ends by the deadline even if messages go missing; the test then fails.
+	deadline := time.Now().Add(3 * waitLimit)
+	running := func() bool { return received.Load() < total && time.Now().Before(deadline) }
 	var wg sync.WaitGroup
 	for r := 0; r < 4; r++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for received.Load() < total {
+			for running() {
 				e := epoch.Load()
 				if e%2 == 1 {
 					attemptsWhilePaused.Add(1)
@@ -470,8 +442,8 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 				if e%2 == 1 && epoch.Load() == e {
 					violations.Add(1)
 				}
-				if seen[seqOf(t, m)].Swap(true) {
-					t.Errorf("message %d delivered twice", seqOf(t, m))
+				if seq := m.(fakeMessage).seq; seen[seq].Swap(true) {
+					t.Errorf("message %d delivered twice", seq)
 				}
 				received.Add(1)
 			}
@@ -484,25 +456,28 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 		defer togglers.Done()
 		const batch = 50
 		next := int64(0)
-		for received.Load() < total {
+		for running() {
 			c.Pause()
 			epoch.Add(1)
 			// Stay paused until receivers have tried, so the check has teeth.
 			attempts := attemptsWhilePaused.Load()
-			for attemptsWhilePaused.Load() < attempts+2 && received.Load() < total {
+			for attemptsWhilePaused.Load() < attempts+2 && running() {
 				runtime.Gosched()
 			}
 			epoch.Add(1)
 			c.Resume()
-			for i := 0; i < batch && next < total; i++ {
-				inner.push(next)
+			for i := 0; i < batch && next < total && running(); i++ {
+				if !inner.push(next) {
+					t.Errorf("the gate did not take message %d", next)
+					return
+				}
 				next++
 			}
 		}
 	}()
 	go func() {
 		defer togglers.Done()
-		for gen := int64(1); received.Load() < total; gen++ {
+		for gen := int64(1); running(); gen++ {
 			if err := c.SetState(context.Background(), protocol.Running, gen); err != nil {
 				t.Error(err)
 			}
@@ -511,6 +486,9 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	}()
 	wg.Wait()
 	togglers.Wait()
+	if n := received.Load(); n != total {
+		t.Fatalf("%d of %d messages received by the deadline", n, total)
+	}
 	if attemptsWhilePaused.Load() == 0 {
 		t.Fatal("no Receive ran while paused")
 	}

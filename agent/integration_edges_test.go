@@ -177,7 +177,7 @@ func TestIntegrationUnsubscribeWhilePausedCloses(t *testing.T) {
 	if st := c.Status(); st.State != protocol.Stopped || st.Connected {
 		t.Fatalf("status after Unsubscribe: %+v", st)
 	}
-	if err := <-errc; !errors.Is(err, ErrConsumerClosed) {
+	if err := recvWithin(t, "the blocked Receive to return", errc); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("a blocked Receive returned %v, want ErrConsumerClosed", err)
 	}
 	if err := c.SetState(context.Background(), protocol.Running, 1); !errors.Is(err, ErrConsumerClosed) {
