@@ -46,11 +46,12 @@ func clientsOn(b *Broker) (producers, consumers int) {
 // The real client follows LOOKUP_RESPONSE Redirect (lookup_service.go) to
 // the broker the leader assigns, and produces and consumes there, whichever
 // broker its service URL names: the leader redirecting with
-// authoritative=true, or a follower sending it to the leader first.
+// authoritative=true, or a follower sending it to the leader first (two
+// redirects when the leader then assigns a third broker).
 func TestClusterServesATopicFromItsOwnerWhateverTheServiceURL(t *testing.T) {
-	for _, tc := range []struct{ serviceURL, owner int }{{0, 1}, {1, 0}} {
+	for _, tc := range []struct{ serviceURL, owner int }{{0, 1}, {1, 0}, {1, 2}} {
 		t.Run(fmt.Sprintf("service-url-%d-owner-%d", tc.serviceURL, tc.owner), func(t *testing.T) {
-			cl := StartCluster(t, 2)
+			cl := StartCluster(t, 3)
 			topic := "owned-elsewhere"
 			if err := cl.MoveTopic(topic, tc.owner); err != nil {
 				t.Fatal(err)
@@ -289,5 +290,36 @@ func TestClusterPartitionsOwnedByDifferentBrokers(t *testing.T) {
 		if _, s := clientsOn(cl.Broker(i)); s != 1 {
 			t.Fatalf("broker %d has %d consumers, want its partition's one", i, s)
 		}
+	}
+}
+
+// ServerCnx.handleSend: SENDs still in flight for a producer the broker
+// closed are ignored (recentlyClosedProducers); the connection stays up and
+// the client sends them again once it has reconnected.
+func TestSendForAProducerClosedByUnloadIsIgnored(t *testing.T) {
+	b := Start(t)
+	rc := dialRaw(t, b)
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
+		Topic: ptr("unloaded"), ProducerId: ptr(uint64(1)), RequestId: ptr(uint64(1)),
+	}})
+	rc.await("producer ready", func(c *pb.BaseCommand) bool { return c.GetProducerSuccess().GetRequestId() == 1 })
+	if err := b.UnloadTopic("unloaded"); err != nil {
+		t.Fatal(err)
+	}
+	rc.await("CLOSE_PRODUCER", func(c *pb.BaseCommand) bool { return c.GetType() == pb.BaseCommand_CLOSE_PRODUCER })
+	meta := &pb.MessageMetadata{ProducerName: ptr("p"), SequenceId: ptr(uint64(0)), PublishTime: ptr(uint64(1))}
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: ptr(uint64(1)), SequenceId: ptr(uint64(0))}},
+		sendPayload(meta, []byte("late")))
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	rc.await("PONG after the late SEND", func(c *pb.BaseCommand) bool { return c.GetType() == pb.BaseCommand_PONG })
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, c := range rc.frames {
+		if c.GetType() == pb.BaseCommand_SEND_ERROR || c.GetType() == pb.BaseCommand_SEND_RECEIPT {
+			t.Fatalf("the late SEND was answered: %v", c)
+		}
+	}
+	if n := b.Subscription("unloaded", "none").Backlog; n != 0 || len(b.topicsNamed("unloaded")[0].entries) != 0 {
+		t.Fatal("the late SEND was stored")
 	}
 }
