@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
@@ -106,17 +105,5 @@ func TestMetricsToken(t *testing.T) {
 	}
 	if code, _ := call(t, http.MethodGet, closed.URL+"/healthz", "", ""); code != http.StatusOK {
 		t.Fatalf("healthz needs no token: %d", code)
-	}
-}
-
-// eventuallyWithin is eventually with its own deadline.
-func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
