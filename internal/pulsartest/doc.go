@@ -13,6 +13,10 @@
 //	stats := b.Subscription("my-topic", "my-sub") // backlog, permits, unacked
 //	if err := b.CheckPermitInvariant(); err != nil { t.Fatal(err) }
 //
+//	cl := pulsartest.StartCluster(t, 2) // two brokers, one storage
+//	_ = cl.MoveTopic("my-topic", 1)      // broker 1 owns it
+//	// a client of cl.Broker(0).ServiceURL() is redirected to broker 1
+//
 // Semantics worth knowing:
 //   - Topic names may be short ("t") or full ("persistent://public/default/t").
 //     A partitioned topic's base name aggregates its partitions in Flows and
@@ -77,11 +81,73 @@
 //     total = sum(permits - pending FLOW permits).
 //   - Lookups answer Options.AdvertisedURL (a broker's advertised address),
 //     so a proxy can sit between client and broker.
+//   - A SEND for a producer the broker closed (unload) is ignored, not
+//     answered (ServerCnx.handleSend, recentlyClosedProducers); the client
+//     sends it again after reconnecting.
+//
+// Several brokers (StartCluster / NewCluster) share one storage, as brokers
+// share BookKeeper and the metadata store; broker 0 is the leader. Each
+// topic, and each partition on its own, is owned by one broker at a time
+// (a topic stands for its namespace bundle here). Cluster.MoveTopic chooses
+// the owner (else an FNV hash of the name picks it) and unloads the topic.
+//   - Lookups (NamespaceService.findBrokerServiceUrl, searchForCandidateBroker,
+//     TopicLookupBase.lookupTopicAsync; LookupResult): an owned topic gets
+//     Connect to its owner, authoritative, from any broker; an unowned one is
+//     sent by a follower to the leader (Redirect, authoritative=false), by
+//     the leader to the broker it assigns (Redirect, authoritative=true),
+//     and acquired by the broker that gets an authoritative lookup or that
+//     the leader assigns to itself. pulsar-client-go follows Redirect and
+//     echoes the flag (lookup_service.go).
+//   - PRODUCER and SUBSCRIBE on a broker that does not own the topic fail
+//     with ServiceNotReady "Namespace bundle for topic (...) not served by
+//     this instance" (BrokerService.checkTopicNsOwnership).
+//   - Admin calls for a topic to a non-owner answer 307 Temporary Redirect
+//     to the owner's admin URL, same path and query with authoritative set
+//     to whether the redirecting broker is the leader
+//     (PulsarWebResource.validateTopicOwnershipAsync). Namespace policies,
+//     partition metadata and partitioned-stats are answered by any broker.
+//   - Unloading (UnloadTopic, MoveTopic) releases ownership and closes the
+//     topic's producers and consumers; clients look the topic up again.
+//
+// Retention, read by the broker's periodic checks (MessageExpiryCheckInterval,
+// BacklogQuotaCheckInterval; RunExpiryCheck and CheckBacklogQuotas run them
+// at once, and Options.Clock moves time without sleeping):
+//   - messageTTL (PersistentMessageExpiryMonitor.expireMessages): every
+//     subscription's cursor is mark-deleted up to the newest entry older than
+//     the TTL (MessageImpl.isEntryExpired, broker timestamp), so those
+//     messages are never dispatched; copies a consumer already holds stay
+//     there. Applied TTL: topic, else namespace, else DefaultMessageTTL.
+//   - Backlog quotas with consumer_backlog_eviction (BacklogQuotaManager):
+//     destination_storage, once the backlog size after the slowest durable
+//     cursor reaches limitSize (PersistentTopic.isSizeBacklogExceeded),
+//     skips on the slowest cursor the share of its entries that brings the
+//     size to 90% of the limit, stopping when the same cursor is slowest
+//     twice (dropBacklogForSizeLimit); message_age skips whole ledgers closed
+//     more than limitTime ago (dropBacklogForTimeLimit), or with
+//     PreciseTimeBasedBacklogQuotaCheck expires what is older than 90% of
+//     limitTime. producer_request_hold and producer_exception are stored and
+//     reported, not enforced. Applied quota per type: topic, else
+//     namespace, else DefaultBacklogQuota (no limit).
+//   - REST (Namespaces, PersistentTopics): /admin/v2/namespaces/{t}/{ns}/
+//     messageTTL (GET, POST integer body, DELETE), backlogQuota (POST
+//     BacklogQuotaImpl {limit, limitSize, limitTime, policy},
+//     ?backlogQuotaType=destination_storage|message_age; DELETE),
+//     backlogQuotaMap (GET); the same under /admin/v2/persistent/{t}/{ns}/
+//     {topic}/ (POST messageTTL?messageTTL=N; GET ?applied=true). An unset
+//     Integer answers 204. Topic stats add backlogSize, and per subscription
+//     backlogSize, totalMsgExpired, lastExpireTimestamp and, with
+//     getEarliestTimeInBacklog=true, earliestMsgPublishTimeInBacklog.
+//
+// GetLastMessageId on a topic without entries answers entry id -1 with the
+// current ledger's id (ManagedLedgerImpl sets lastConfirmedEntry to
+// (ledgerId, -1) when it opens a ledger), 0 before the first ledger here;
+// pulsar-client-go only checks entryId >= 0 (isEntryIDValid).
 //
 // Not modelled: schemas, transactions, chunking, compression-aware key
 // routing, batch-index acks (a partially acked batch stays unacked until the
 // client acks the whole entry), delayed delivery, non-persistent topics,
-// authentication, topic watchers and the HTTP lookup service.
+// authentication, topic watchers, the HTTP lookup service, namespace bundles
+// and load balancing, retention size/time limits and ledger trimming.
 //
 // Regenerate the protocol subset with `go generate ./internal/pulsartest/...`.
 package pulsartest

@@ -328,3 +328,28 @@ func TestClusterExpiresOnTheOwner(t *testing.T) {
 		t.Fatalf("the owner did not expire the backlog: %d left", got)
 	}
 }
+
+// PersistentTopic.getLastMessageId on a topic without entries answers the
+// last confirmed entry (ledgerId, -1); the client reads entry id -1 as "no
+// message" (isEntryIDValid), so a reader has nothing next.
+func TestLastMessageIDOfAnEmptyTopic(t *testing.T) {
+	b := Start(t)
+	c := newClient(t, b)
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "empty", SubscriptionName: "sub"})
+	ids, err := cons.GetLastMessageIDs()
+	if err != nil || len(ids) != 1 || ids[0].EntryID() != -1 {
+		t.Fatalf("last message ids %v, %v", ids, err)
+	}
+	r, err := c.CreateReader(pulsar.ReaderOptions{Topic: "empty", StartMessageID: pulsar.EarliestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.HasNext() {
+		t.Fatal("a reader of an empty topic has a next message")
+	}
+	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "empty"}), "m", 1)
+	if !r.HasNext() {
+		t.Fatal("no next message after one was produced")
+	}
+}
