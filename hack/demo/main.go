@@ -18,6 +18,7 @@ import (
 func main() {
 	interactive := flag.Bool("interactive", false, "keep running after the walk-through and print a kubeconfig for kubectl")
 	flag.Parse()
+	stopWithParent()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if err := run(ctx, *interactive); err != nil {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestInteractiveKeepsProducingAndStopsWithGoRun runs the demo as a person would
+// (`go run ./hack/demo --interactive`): after the walk-through the producer keeps going, and
+// SIGTERM to `go run` (which does not pass it on) ends the demo and the control plane it started.
+func TestInteractiveKeepsProducingAndStopsWithGoRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole demo")
+	}
+	cmd := exec.Command("go", "run", ".", "--interactive")
+	cmd.Env = os.Environ()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	produced := regexp.MustCompile(`produced (\d+)$`)
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		scan := bufio.NewScanner(out)
+		for scan.Scan() {
+			lines <- scan.Text()
+		}
+	}()
+	interactive, counts := false, []int{}
+	deadline := time.After(5 * time.Minute)
+	for len(counts) < 3 {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("the demo ended before producing in interactive mode")
+			}
+			interactive = interactive || strings.Contains(line, "Press Ctrl-C")
+			if m := produced.FindStringSubmatch(line); interactive && m != nil {
+				n, _ := strconv.Atoi(m[1])
+				counts = append(counts, n)
+			}
+		case <-deadline:
+			t.Fatal("timed out waiting for the interactive demo")
+		}
+	}
+	if counts[2] <= counts[0] {
+		t.Fatalf("produced stays at %v after the walk-through", counts)
+	}
+	family := descendants(cmd.Process.Pid)
+	if len(family) < 3 {
+		t.Fatalf("found %d processes under go run, want the demo, kube-apiserver and etcd", len(family))
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines { // keep draining so that the demo never blocks on its output
+		}
+	}()
+	stopBy := time.Now().Add(time.Minute)
+	for _, pid := range family {
+		for alive(pid) {
+			if time.Now().After(stopBy) {
+				t.Fatalf("process %d (%s) still runs after SIGTERM to go run", pid, command(pid))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// descendants lists every process below pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 {
+			ppid, _ := strconv.Atoi(fields[1])
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		for _, c := range children[next] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid runs (a zombie waiting for its parent counts as gone).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+func command(pid int) string {
+	data, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return strings.ReplaceAll(string(data), "\x00", " ")
+}
