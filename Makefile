@@ -44,6 +44,10 @@ lint: vet ## Check formatting, vet, and that the agent does not pull in controll
 test: ## Run unit and envtest integration tests with -race (builds envtest binaries on first use).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) ./...
 
+.PHONY: conformance
+conformance: ## Run the agent's broker conformance tests (in-process pulsartest, or the broker at PULSAR_URL and PULSAR_ADMIN_URL).
+	PULSAR_URL="$(PULSAR_URL)" PULSAR_ADMIN_URL="$(PULSAR_ADMIN_URL)" $(GO) test $(TEST_FLAGS) -run 'Integration' ./agent/
+
 .PHONY: bench
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport
