@@ -206,16 +206,16 @@ func TestClusterMoveTopicMidStreamLosesNoMessage(t *testing.T) {
 	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared})
 	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic})
 
-	// The producer moves the topic when a third is sent: both the producer
-	// and the consumer are mid-stream then.
+	// The producer moves the topic when a third is sent and moves it back
+	// at two thirds: both the producer and the consumer are mid-stream then.
 	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for i := range total {
-			if i == total/3 {
-				if err := cl.MoveTopic(topic, 0); err != nil {
+			if to, ok := map[int]int{total / 3: 0, 2 * total / 3: 1}[i]; ok {
+				if err := cl.MoveTopic(topic, to); err != nil {
 					sendErr <- err
 					return
 				}
@@ -243,13 +243,13 @@ func TestClusterMoveTopicMidStreamLosesNoMessage(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
-	if cl.Owner(topic) != 0 {
-		t.Fatalf("owner %d after the move", cl.Owner(topic))
+	if cl.Owner(topic) != 1 {
+		t.Fatalf("owner %d after the moves", cl.Owner(topic))
 	}
-	if p, s := clientsOn(cl.Broker(1)); p != 0 || s != 0 {
+	if p, s := clientsOn(cl.Broker(0)); p != 0 || s != 0 {
 		t.Fatalf("old owner still has %d producers and %d consumers", p, s)
 	}
-	if p, s := clientsOn(cl.Broker(0)); p != 1 || s != 1 {
+	if p, s := clientsOn(cl.Broker(1)); p != 1 || s != 1 {
 		t.Fatalf("new owner has %d producers and %d consumers, want 1 and 1", p, s)
 	}
 }
