@@ -174,10 +174,12 @@ func (p *testPod) counter(t *testing.T, name, label, value string) float64 {
 	return sum
 }
 
-// adminGate is a reverse proxy to the broker's admin API that holds every request until
-// opened, so that a test controls how long a seek takes. It counts the requests by path.
+// adminGate is a reverse proxy to the broker's admin API that holds requests (those whose
+// path contains hold; all when empty) until opened, so that a test controls how long a seek
+// takes and in which phase it waits. It counts the requests by path.
 type adminGate struct {
 	url    string
+	hold   string
 	opened chan struct{}
 	once   sync.Once
 
@@ -185,22 +187,24 @@ type adminGate struct {
 	paths []string
 }
 
-func newAdminGate(t *testing.T, adminURL string) *adminGate {
+func newAdminGate(t *testing.T, adminURL, hold string) *adminGate {
 	t.Helper()
 	target, err := url.Parse(adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &adminGate{opened: make(chan struct{})}
+	g := &adminGate{hold: hold, opened: make(chan struct{})}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.paths = append(g.paths, r.URL.Path)
 		g.mu.Unlock()
-		select {
-		case <-g.opened:
-		case <-r.Context().Done():
-			return
+		if strings.Contains(r.URL.Path, g.hold) {
+			select {
+			case <-g.opened:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		proxy.ServeHTTP(w, r)
 	}))

@@ -26,7 +26,7 @@ func seekRequest(revision int64, state protocol.State, id string, index int64, e
 // meanwhile applies at once, and the seek completes on its own afterwards.
 func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
 	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL())
+	gate := newAdminGate(t, b.AdminURL(), "")
 	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
 	produce(t, b, "events", 20)
 	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
@@ -62,7 +62,7 @@ func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
 // the agent counts one seek, and the application gets the replay once.
 func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
 	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL())
+	gate := newAdminGate(t, b.AdminURL(), "")
 	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
 	produce(t, b, "events", 20)
 	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
@@ -244,6 +244,59 @@ func TestSiblingDropsHeldMessagesOnlyAfterSuccess(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A pause pushed while the seek resets the cursor (the consumer is busy with it) answers within
+// ApplyTimeout and takes effect as soon as the seek has finished, with no further push.
+func TestPauseDuringCursorResetAppliesAfterwards(t *testing.T) {
+	b := pulsartest.Start(t)
+	gate := newAdminGate(t, b.AdminURL(), "/resetcursor")
+	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{ApplyTimeout: 200 * time.Millisecond})
+	produce(t, b, "events", 20)
+	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
+	waitAcked(t, b, "events", 20)
+
+	if code, st := putAt(t, pod.addr, "f", seekRequest(1, protocol.Running, "s1", 5, true)); code != http.StatusOK || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("seek: %d %+v", code, st.Seek)
+	}
+	eventually(t, "the seek to reach the cursor reset", func() bool { return gate.requests("/resetcursor") == 1 })
+	code, st, took := timedPut(t, pod.addr, "f", seekRequest(2, protocol.Paused, "s1", 5, true), 2*time.Second)
+	if code != http.StatusOK || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("pause during the reset: %d %+v", code, st)
+	}
+	t.Logf("pause during a cursor reset answered in %s", took)
+	gate.open()
+	eventually(t, "the pause to apply after the seek", func() bool { return pod.consumer.State() == protocol.Paused })
+	if st := waitSeek(t, pod.addr, "f", seekRequest(2, protocol.Paused, "s1", 5, true)); st.Seek.State != protocol.SeekSucceeded {
+		t.Fatalf("seek: %+v", st.Seek)
+	}
+}
+
+// A rule released while its seek runs, and pushed again with the same uid and seek id (a pod
+// relabelled away and back), does not start the seek a second time.
+func TestSeekOfReleasedRuleRunsOnce(t *testing.T) {
+	b := pulsartest.Start(t)
+	gate := newAdminGate(t, b.AdminURL(), "")
+	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
+	produce(t, b, "events", 20)
+	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
+	waitAcked(t, b, "events", 20)
+
+	req := seekRequest(1, protocol.Running, "s1", 5, true)
+	putAt(t, pod.addr, "f", req)
+	if code, _ := call(t, http.MethodDelete, "http://"+pod.addr+protocol.PathPrefix+"/flows/ns/f?uid=u", token, ""); code != http.StatusNoContent {
+		t.Fatalf("release: %d", code)
+	}
+	if code, st := putAt(t, pod.addr, "f", req); code != http.StatusOK || st.Seek.State != protocol.SeekRunning {
+		t.Fatalf("the same seek pushed again: %d %+v, want the running one reported", code, st.Seek)
+	}
+	gate.open()
+	if st := waitSeek(t, pod.addr, "f", req); st.Seek.State != protocol.SeekSucceeded {
+		t.Fatalf("seek: %+v", st.Seek)
+	}
+	if n := gate.requests("/resetcursor"); n != 1 {
+		t.Fatalf("the broker saw %d cursor resets, want 1", n)
+	}
 }
 
 func ascending(payloads []string) bool {
