@@ -1,0 +1,153 @@
+// Command kubectl-subflow is the `kubectl subflow` plugin: one command for each move an on-call
+// engineer makes on a SubscriptionFlow (pause, resume, stop, clear, seek, status, wait, list).
+//
+// Install it with `go install github.com/subflow-dev/subflow/cmd/kubectl-subflow@latest`; kubectl
+// finds any kubectl-* binary on PATH. It takes kubectl's connection flags (--kubeconfig,
+// --context, -n/--namespace, ...) and prints errors the way kubectl does.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// resourceName is how kubectl names the kind in its messages.
+const resourceName = "subscriptionflow.subflow.dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one plugin invocation and returns its exit code: 0 on success, 1 on any error
+// (after printing it to stderr as kubectl would).
+func run(args []string, stdout, stderr io.Writer) int {
+	silenceLibraryLogs.Do(func() {
+		// client-go and controller-runtime would otherwise log to stderr behind our messages.
+		ctrllog.SetLogger(logr.Discard())
+		klog.SetLogger(logr.Discard())
+	})
+	p := &plugin{stdout: stdout, stderr: stderr, flags: genericclioptions.NewConfigFlags(true), now: time.Now}
+	root := p.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(stderr, kubectlMessage(err))
+		return 1
+	}
+	return 0
+}
+
+var silenceLibraryLogs sync.Once
+
+// plugin holds what every subcommand shares.
+type plugin struct {
+	stdout, stderr io.Writer
+	flags          *genericclioptions.ConfigFlags
+	now            func() time.Time
+}
+
+func (p *plugin) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:         "kubectl-subflow",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl subflow"},
+		Short:       "Pause, resume, stop and seek Pulsar subscriptions declared by SubscriptionFlows",
+		Long: `Pause, resume, stop and seek Pulsar subscriptions declared by SubscriptionFlows.
+
+pause, resume and stop set the on-call override annotations, which win over spec.state and
+maintenance windows until they expire (--for) or are removed (clear). seek asks for a one-shot
+seek by broker-entry index. status, wait and list read what the controller reported.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// kubectl completes plugins through its own kubectl_complete-* convention.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	p.flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		p.overrideCommand("pause", subflowv1.StatePaused),
+		p.overrideCommand("resume", subflowv1.StateRunning),
+		p.overrideCommand("stop", subflowv1.StateStopped),
+		p.clearCommand(),
+		p.seekCommand(),
+		p.statusCommand(),
+		p.waitCommand(),
+		p.listCommand(),
+	)
+	return root
+}
+
+// connect builds an API client and resolves the namespace the way kubectl does (-n, then the
+// kubeconfig context's namespace, then "default").
+func (p *plugin) connect() (client.WithWatch, string, error) {
+	namespace, _, err := p.flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := p.flags.ToRESTConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := newClient(cfg)
+	return c, namespace, err
+}
+
+func newClient(cfg *rest.Config) (client.WithWatch, error) {
+	scheme := runtime.NewScheme()
+	if err := subflowv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+}
+
+// oneName checks the single NAME argument before anything talks to the server.
+func oneName(args []string) (string, error) {
+	switch {
+	case len(args) == 0:
+		return "", errors.New("NAME is required: give the SubscriptionFlow's name")
+	case len(args) > 1:
+		return "", fmt.Errorf("exactly one NAME is expected, got %d: %s", len(args), strings.Join(args, " "))
+	case args[0] == "":
+		return "", errors.New("NAME must not be empty")
+	}
+	return args[0], nil
+}
+
+// kubectlMessage renders an error the way kubectl's CheckErr does: API errors as
+// "Error from server (Reason): message", everything else as "error: message".
+func kubectlMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		s := status.Status()
+		reason := string(s.Reason)
+		if reason == "" {
+			reason = fmt.Sprintf("%d", s.Code)
+		}
+		return fmt.Sprintf("Error from server (%s): %s", reason, s.Message)
+	}
+	if meta.IsNoMatchError(err) {
+		return `error: the server doesn't have a resource type "subscriptionflows" (is the subflow CRD installed?)`
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "error: timed out talking to the API server"
+	}
+	return "error: " + err.Error()
+}

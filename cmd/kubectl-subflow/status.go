@@ -1,0 +1,224 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// conditionOrder lists the known condition types first; others follow in the order reported.
+var conditionOrder = []string{
+	subflowv1.ConditionReady, subflowv1.ConditionPaused, subflowv1.ConditionReconciling,
+	subflowv1.ConditionStalled, subflowv1.ConditionSeekCompleted,
+}
+
+func (p *plugin) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show the flow's effective state, conditions, seek result and each pod's agent",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := oneName(args)
+			if err != nil {
+				return err
+			}
+			c, namespace, err := p.connect()
+			if err != nil {
+				return err
+			}
+			var flow subflowv1.SubscriptionFlow
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
+				return err
+			}
+			return printStatus(p.stdout, &flow, p.now())
+		},
+	}
+}
+
+func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time) error {
+	st := flow.Status
+	field := func(label, value string) { fmt.Fprintf(out, "%-17s%s\n", label+":", value) }
+	field("Name", flow.Name)
+	field("Namespace", flow.Namespace)
+	field("Subscription", oneLine(flow.Spec.Subscription))
+	field("Topic", orDefault(oneLine(flow.Spec.Topic), "(every topic of the subscription)"))
+	field("Desired state", orDefault(string(flow.Spec.State), string(subflowv1.StateRunning))+" (spec.state)")
+	field("Override", describeOverride(flow.Annotations, now))
+	field("Effective state", describeEffective(st))
+	field("Next transition", describeTime(st.NextTransitionTime, now))
+	if st.ObservedGeneration != flow.Generation {
+		field("Observed", fmt.Sprintf("generation %d of %d: the controller has not caught up yet", st.ObservedGeneration, flow.Generation))
+	}
+	field("Pods", fmt.Sprintf("%d matched, %d synced, %d unreachable", st.Pods.Matched, st.Pods.Synced, st.Pods.Unreachable))
+	field("Consumers", fmt.Sprintf("%d total, %d running, %d paused, %d stopped",
+		st.Consumers.Total, st.Consumers.Running, st.Consumers.Paused, st.Consumers.Stopped))
+	field("Seek", describeSeek(flow, now))
+	for _, pos := range seekPositions(st.Seek) {
+		field("", pos)
+	}
+
+	fmt.Fprintln(out, "Conditions:")
+	if err := printConditions(out, st.Conditions, now); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Agents:")
+	return printAgents(out, st.Agents, now)
+}
+
+func describeOverride(annotations map[string]string, now time.Time) string {
+	state, ok := annotations[subflowv1.OverrideStateAnnotation]
+	if !ok {
+		return "<none>"
+	}
+	text := oneLine(state)
+	if until, ok := annotations[subflowv1.OverrideUntilAnnotation]; ok {
+		t, err := time.Parse(time.RFC3339, until)
+		switch {
+		case err != nil:
+			text += fmt.Sprintf(" until %q (unreadable: the override has no end)", oneLine(until))
+		case !now.Before(t):
+			text += fmt.Sprintf(" until %s (expired %s ago; ignored)", until, duration.HumanDuration(now.Sub(t)))
+		default:
+			text += fmt.Sprintf(" until %s (in %s)", until, duration.HumanDuration(t.Sub(now)))
+		}
+	} else {
+		text += " until cleared"
+	}
+	if reason := annotations[subflowv1.OverrideReasonAnnotation]; reason != "" {
+		text += ", reason: " + oneLine(reason)
+	}
+	return text
+}
+
+func describeEffective(st subflowv1.SubscriptionFlowStatus) string {
+	if st.EffectiveState == "" {
+		return "<not reported yet>"
+	}
+	return fmt.Sprintf("%s (source: %s)", st.EffectiveState, st.StateSource)
+}
+
+func describeTime(t *metav1.Time, now time.Time) string {
+	if t == nil {
+		return "<none>"
+	}
+	text := t.UTC().Format(time.RFC3339)
+	if d := t.Sub(now); d > 0 {
+		return text + " (in " + duration.HumanDuration(d) + ")"
+	}
+	return text + " (" + duration.HumanDuration(now.Sub(t.Time)) + " ago)"
+}
+
+// describeSeek joins the requested seek (spec) with what the controller reported for it.
+func describeSeek(flow *subflowv1.SubscriptionFlow, now time.Time) string {
+	requested := flow.Spec.Seek
+	if requested == nil {
+		return "<none>"
+	}
+	text := fmt.Sprintf("id %s (%s): ", oneLine(requested.ID), describeTargets(requested))
+	cond := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionSeekCompleted)
+	reported := flow.Status.Seek
+	switch {
+	case cond == nil || reported == nil || reported.ID != requested.ID:
+		return text + "requested, not reported yet"
+	case cond.Status == metav1.ConditionTrue:
+		text += "Succeeded"
+		if reported.CompletionTime != nil {
+			text += " " + describeTime(reported.CompletionTime, now)
+		}
+	case cond.Reason == subflowv1.ReasonSeekPending:
+		text += "Pending"
+	default:
+		text += fmt.Sprintf("Failed (%s): %s", cond.Reason, oneLine(cond.Message))
+	}
+	if reported.Executor != "" {
+		text += ", executor " + reported.Executor
+	}
+	return text
+}
+
+func seekPositions(seek *subflowv1.SeekStatus) []string {
+	if seek == nil {
+		return nil
+	}
+	var lines []string
+	for _, pos := range seek.Positions {
+		where := fmt.Sprintf("partition %d", pos.Partition)
+		if pos.Partition < 0 {
+			where = "topic"
+		}
+		lines = append(lines, fmt.Sprintf("  %s: index %d -> message %s", where, pos.Index, orDefault(pos.MessageID, "?")))
+	}
+	return lines
+}
+
+func printConditions(out io.Writer, conditions []metav1.Condition, now time.Time) error {
+	sorted := slices.Clone(conditions)
+	slices.SortStableFunc(sorted, func(a, b metav1.Condition) int { return conditionRank(a.Type) - conditionRank(b.Type) })
+	w := printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now), oneLine(c.Message))
+	}
+	return w.Flush()
+}
+
+func conditionRank(condType string) int {
+	if i := slices.Index(conditionOrder, condType); i >= 0 {
+		return i
+	}
+	return len(conditionOrder)
+}
+
+func printAgents(out io.Writer, agents []subflowv1.AgentStatus, now time.Time) error {
+	if len(agents) == 0 {
+		fmt.Fprintln(out, "  <no pod matched>")
+		return nil
+	}
+	w := printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "  POD\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
+	for _, a := range agents {
+		lastSync := "<never>"
+		if a.LastSyncTime != nil {
+			lastSync = age(*a.LastSyncTime, now) + " ago"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
+	}
+	return w.Flush()
+}
+
+// age is kubectl's AGE column: a short human duration, "<unknown>" for a zero time.
+func age(t metav1.Time, now time.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+func orDefault(value, fallback string) string {
+	if value == "" {
+		return fallback
+	}
+	return value
+}
+
+// oneLine keeps text written by others (messages, annotations) from breaking the layout or
+// sending control sequences to the terminal.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
