@@ -2,4 +2,5 @@
 // the Pulsar binary protocol that the test broker speaks.
 package pulsarpb
 
-//go:generate sh -c "protoc --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --go_out=. --go_opt=paths=source_relative wire.proto"
+// hack/protogen compiles the .proto in Go and runs protoc-gen-go's generator: no protoc needed.
+//go:generate go run ../../../hack/protogen wire.proto
