@@ -8,6 +8,15 @@
 // stay there, to be delivered first after Resume. gate.go lists the gate's phases and its
 // invariant.
 //
+// Known limit of pulsar-client-go v0.19: every (re)subscribe grants the receiver queue size Q,
+// so a reconnect while paused lets messages into the client, where the gate holds them (none
+// reaches the application). A broker with its default configuration reads up to
+// min(Q, dispatcherMaxReadBatchSize=100) whole ENTRIES per grant on Exclusive, Failover and
+// Key_Shared and debits batch sizes afterwards, so with batches of up to B messages one
+// reconnect brings at most Q + min(Q, 100)*(B-1) messages; Shared divides its reads by the
+// average batch size: at most Q + B - 1 with equal batches, Q + min(Q, 20)*(B-1) in general.
+// Without batching that is Q. Zero-queue consumers get nothing.
+//
 // Each Consumer combines three wishes and applies the most restrictive one
 // (Stopped > Paused > Running): the application's own (Pause/Resume, Stop/Run), the controller's
 // (SetState, guarded by a generation so that a stale request never undoes a newer one), and the

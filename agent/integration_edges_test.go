@@ -299,9 +299,11 @@ func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
 
 // Read sizes of a broker with its default configuration (Java ServiceConfiguration).
 const (
-	// dispatcherMaxReadBatchSize: one read of a single-active (Exclusive, Failover) or Key_Shared
-	// dispatcher takes up to min(permits, 100) ENTRIES, whatever each holds
-	// (PersistentDispatcherSingleActiveConsumer.calculateToRead).
+	// dispatcherMaxReadBatchSize: one read of a single-active (Exclusive, Failover) dispatcher
+	// takes up to min(permits, 100) ENTRIES, whatever each holds
+	// (PersistentDispatcherSingleActiveConsumer.calculateToRead); a Key_Shared read is as large
+	// and counts a consumer's permits per entry (PersistentStickyKeyDispatcherMultipleConsumers.
+	// filterAndGroupEntriesForDispatching: "permits are for entries/batches").
 	dispatcherMaxReadBatchSize = 100
 	// dispatcherMaxRoundRobinBatchSize: a Shared dispatcher gives a consumer
 	// max(min(messages, permits, 20) / average batch size, 1) entries per turn
@@ -339,6 +341,7 @@ func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
 		{pulsar.Exclusive, 10, 10},
 		{pulsar.Exclusive, 150, 10}, // more permits than one read's 100 entries
 		{pulsar.Failover, 10, 10},
+		{pulsar.KeyShared, 10, 10},
 		{pulsar.Shared, 10, 10},
 		{pulsar.Shared, 10, 3}, // the last entry overshoots
 	}
