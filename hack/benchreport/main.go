@@ -104,12 +104,17 @@ func collect(o options) (BenchOutput, []PackageRun, error) {
 	var all BenchOutput
 	var runs []PackageRun
 	for _, pkg := range pkgs {
-		out, run := runPackage(o, pkg, os.Stderr)
-		all.Results = append(all.Results, out.Results...)
-		if out.CPU != "" {
-			all.CPU = out.CPU
+		// The package's own benchmarks first, then each isolated one in a process of its own.
+		for _, args := range append([][]string{{"-skip", isolatedPattern}}, isolatedRuns(o.bench)...) {
+			out, run := runPackage(o, pkg, args, os.Stderr)
+			all.Results = append(all.Results, out.Results...)
+			if out.CPU != "" {
+				all.CPU = out.CPU
+			}
+			if run.Failure != "" || len(out.Results) > 0 {
+				runs = append(runs, run)
+			}
 		}
-		runs = append(runs, run)
 	}
 	return all, runs, nil
 }

@@ -53,13 +53,35 @@ func benchArgs(o options) []string {
 	return args
 }
 
-// runPackage benchmarks one package, streaming go test's output to progress while keeping it
-// for parsing. A failing package is reported, not fatal: the others still run.
-func runPackage(o options, pkg string, progress io.Writer) (BenchOutput, PackageRun) {
-	fmt.Fprintf(progress, "benchreport: benchmarking %s\n", pkg)
+// isolated are benchmarks that measure a whole process (its memory, the controller's full
+// resync) and so run alone in a go test process of their own, not after others in the same one.
+var isolated = []string{"BenchmarkFullResync"}
+
+var isolatedPattern = "^(" + strings.Join(isolated, "|") + ")$"
+
+// isolatedRuns gives the extra go test arguments for each isolated benchmark that -bench selects.
+func isolatedRuns(bench string) [][]string {
+	selected, err := regexp.Compile(bench)
+	if err != nil {
+		return nil
+	}
+	var runs [][]string
+	for _, name := range isolated {
+		if selected.MatchString(name) {
+			runs = append(runs, []string{"-bench", "^" + name + "$"})
+		}
+	}
+	return runs
+}
+
+// runPackage benchmarks one package, with extra go test arguments, streaming go test's output
+// to progress while keeping it for parsing. A failing package is reported, not fatal: the
+// others still run.
+func runPackage(o options, pkg string, extra []string, progress io.Writer) (BenchOutput, PackageRun) {
+	fmt.Fprintf(progress, "benchreport: benchmarking %s %s\n", pkg, strings.Join(extra, " "))
 	start := time.Now()
 	var captured bytes.Buffer
-	cmd := exec.Command("go", append(benchArgs(o), pkg)...)
+	cmd := exec.Command("go", append(append(benchArgs(o), extra...), pkg)...)
 	cmd.Stdout = io.MultiWriter(progress, &captured)
 	cmd.Stderr = progress
 	err := cmd.Run()
