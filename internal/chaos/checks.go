@@ -1,0 +1,265 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+)
+
+// flowGrace is how long after a pause took effect a FLOW may still arrive: one the client
+// decided before the gate closed, on its way through the connection and the broker's latency.
+const flowGrace = 1500 * time.Millisecond
+
+// violation is a broken invariant with the operations that came before it.
+type violation struct {
+	At     time.Time
+	Kind   string
+	Detail string
+	Trace  []opRecord
+}
+
+const (
+	traceLength   = 8
+	maxViolations = 200
+)
+
+// violate records a violation seen now with the last operations applied before it.
+func (w *world) violate(kind, detail string) { w.violateAt(kind, detail, time.Now()) }
+
+// violateAt records a violation that happened at `at`.
+func (w *world) violateAt(kind, detail string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v := violation{At: at, Kind: kind, Detail: detail}
+	n, _ := slices.BinarySearchFunc(w.trace, at, func(r opRecord, t time.Time) int { return r.At.Compare(t) })
+	v.Trace = slices.Clone(w.trace[max(0, n-traceLength):n])
+	w.count[kind]++
+	if len(w.violations) < maxViolations {
+		w.violations = append(w.violations, v)
+	}
+}
+
+var stateClient = &http.Client{Timeout: 3 * time.Second}
+
+// agentState asks a pod's agent for its rules and consumers, through its Pod address.
+func agentState(ctx context.Context, p *simPod) (protocol.AgentState, error) {
+	var st protocol.AgentState
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://127.0.0.1:%d%s/state", p.proxy.port(), protocol.PathPrefix), nil)
+	if err != nil {
+		return st, err
+	}
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	resp, err := stateClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET state: %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// convergenceProblems lists what keeps the system from its stated goal now: every matched
+// pod's agent holds the flow's rule at the effective state with its consumers in it, no
+// unmatched pod holds it, and the flow is Ready at its generation.
+func (w *world) convergenceProblems(ctx context.Context) []string {
+	var problems []string
+	var podList corev1.PodList
+	if err := w.k8s.List(ctx, &podList, client.InNamespace(namespace)); err != nil {
+		return []string{err.Error()}
+	}
+	podLabels := map[string]labels.Set{}
+	for _, p := range podList.Items {
+		podLabels[p.Name] = p.Labels
+	}
+	states := map[string]protocol.AgentState{}
+	for _, p := range w.pods {
+		st, err := agentState(ctx, p)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("pod %s: %v", p.name, err))
+			continue
+		}
+		states[p.name] = st
+	}
+	for _, g := range w.groups {
+		flow := &subflowv1.SubscriptionFlow{}
+		if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: g.name}, flow); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		want := controllers.EffectiveState(flow, w.clock.Now()).State
+		if !meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionReady) || flow.Status.ObservedGeneration != flow.Generation {
+			problems = append(problems, fmt.Sprintf("flow %s not Ready at generation %d (observed %d, %s)", g.name, flow.Generation,
+				flow.Status.ObservedGeneration, readyText(flow)))
+		}
+		if flow.Status.EffectiveState != want {
+			problems = append(problems, fmt.Sprintf("flow %s reports %s, effective is %s", g.name, flow.Status.EffectiveState, want))
+		}
+		selector, err := metav1.LabelSelectorAsSelector(&flow.Spec.Selector)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		for _, p := range w.pods {
+			st, ok := states[p.name]
+			if !ok {
+				continue
+			}
+			problems = append(problems, podProblems(flow, p, st, selector.Matches(podLabels[p.name]), protocol.State(want))...)
+		}
+	}
+	return problems
+}
+
+func podProblems(flow *subflowv1.SubscriptionFlow, p *simPod, st protocol.AgentState, matched bool, want protocol.State) []string {
+	var rule *protocol.FlowSummary
+	for i := range st.Flows {
+		if st.Flows[i].UID == string(flow.UID) {
+			rule = &st.Flows[i]
+		}
+	}
+	switch {
+	case !matched && rule != nil:
+		return []string{fmt.Sprintf("pod %s does not match flow %s but holds its rule (%s)", p.name, flow.Name, rule.State)}
+	case !matched:
+		return nil
+	case rule == nil:
+		return []string{fmt.Sprintf("pod %s matches flow %s but holds no rule of it", p.name, flow.Name)}
+	case rule.State != want:
+		return []string{fmt.Sprintf("pod %s holds flow %s at %s, effective is %s", p.name, flow.Name, rule.State, want)}
+	}
+	var problems []string
+	for _, c := range st.Consumers {
+		if c.Subscription == flow.Spec.Subscription && c.State != want {
+			problems = append(problems, fmt.Sprintf("pod %s consumer %s is %s, effective is %s", p.name, c.Name, c.State, want))
+		}
+	}
+	return problems
+}
+
+func readyText(flow *subflowv1.SubscriptionFlow) string {
+	c := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionReady)
+	if c == nil {
+		return "no Ready condition"
+	}
+	return fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+}
+
+// awaitConvergence polls until nothing is left to converge or the bound passes; it returns
+// how long it took and, on failure, the problems of the last poll.
+func (w *world) awaitConvergence(ctx context.Context, bound time.Duration) (time.Duration, []string) {
+	start := time.Now()
+	for {
+		problems := w.convergenceProblems(ctx)
+		if len(problems) == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > bound || ctx.Err() != nil {
+			return time.Since(start), problems
+		}
+		time.Sleep(250 * time.Millisecond) // polling interval of a deadline-bounded wait
+	}
+}
+
+// seekProblems checks that every flow's latest seek completed (earlier ones had, or the next
+// was not issued) and that no agent process reset a cursor twice for one seek id.
+func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[string]string) []string {
+	var problems []string
+	for name, id := range last {
+		flow := &subflowv1.SubscriptionFlow{}
+		if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, flow); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if s := flow.Status.Seek; s == nil || s.ID != id || s.CompletionTime == nil {
+			problems = append(problems, fmt.Sprintf("flow %s: seek %s did not end Succeeded or Failed (status %+v)", name, id, s))
+		}
+	}
+	w.mu.Lock()
+	resets := slices.Clone(w.resets)
+	w.mu.Unlock()
+	type key struct {
+		instance int
+		seek     string
+	}
+	counts := map[key]int{}
+	limit := map[string]int{}
+	for _, r := range resets {
+		var owner *seekIssued
+		for i := range seeks {
+			if seeks[i].subscription == r.Subscription && !seeks[i].at.After(r.At) {
+				owner = &seeks[i]
+			}
+		}
+		if owner == nil {
+			problems = append(problems, fmt.Sprintf("agent process %d reset %s with no seek asked", r.Instance, r.Path))
+			continue
+		}
+		counts[key{r.Instance, owner.id}]++
+		limit[owner.id] = owner.targets
+	}
+	for k, n := range counts {
+		if n > limit[k.seek] {
+			problems = append(problems, fmt.Sprintf("agent process %d reset cursors %d times for seek %s (%d targets)", k.instance, n, k.seek, limit[k.seek]))
+		}
+	}
+	return problems
+}
+
+// checkFlows checks the FLOW record: after a pause took effect (plus flowGrace) a consumer
+// sends no FLOW, except the initial grant of a re-subscribe after a reconnect; after a stop,
+// none at all. It returns how many FLOWs it looked at.
+func (w *world) checkFlows() int {
+	checked := 0
+	for _, g := range w.groups {
+		for _, topic := range g.topics {
+			for _, f := range w.broker.Flows(topicRoot+topic, g.subscription) {
+				checked++
+				iv, tc, ok := w.mon.stateAt(f.ConsumerName, f.Time)
+				if !ok || iv.state == protocol.Running || f.Time.Before(iv.from.Add(flowGrace)) {
+					continue
+				}
+				if iv.state == protocol.Paused && f.Permits == tc.group.grant() && w.reconnectBetween(g.subscription, iv.from.Add(-flowGrace), f.Time) {
+					continue
+				}
+				w.violateAt("flow-permits", fmt.Sprintf("FLOW(%d) from %s on %s, %s after it became %s (grant %d)",
+					f.Permits, f.ConsumerName, f.Topic, f.Time.Sub(iv.from).Round(time.Millisecond), iv.state, tc.group.grant()), f.Time)
+			}
+		}
+	}
+	return checked
+}
+
+// reconnectBetween reports a broker fault, or a reset of the subscription's cursor (which
+// disconnects its consumers), within [from, to].
+func (w *world) reconnectBetween(subscription string, from, to time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	in := func(t time.Time) bool { return !t.Before(from) && !t.After(to) }
+	for _, t := range w.events {
+		if in(t) {
+			return true
+		}
+	}
+	for _, r := range w.resets {
+		if r.Subscription == subscription && in(r.At) {
+			return true
+		}
+	}
+	return false
+}

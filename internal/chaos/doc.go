@@ -1,0 +1,25 @@
+// Package chaos runs a seeded, reproducible sequence of random operations over the whole
+// system - the envtest API server, the test broker with its faults, the real controller
+// manager and simulated pods, each with a real agent and real pulsar-client-go consumers - and
+// checks invariants while it runs and at the end:
+//
+//   - strict pause: no message reaches an application while its consumer is continuously
+//     Paused or Stopped (the agent's own state and its change timestamp, read before the
+//     application's Receive and again after it returned, once the agent finished any
+//     transition in progress);
+//   - nothing lost: after the final Running every produced message was delivered at least
+//     once on every subscription of its topic (seeks replay, so duplicates are expected);
+//   - convergence: within a bound after the last operation every matched pod's agent reports
+//     the effective state, no unmatched pod holds the flow's rule and the flow is Ready at its
+//     generation;
+//   - seeks: every seek id ends Succeeded or Failed, and each agent process resets each
+//     cursor at most once per seek id;
+//   - FLOW permits while paused: none more than a grace period after the pause took effect,
+//     except the initial grant of a re-subscribe after a reconnect (the stated bound);
+//   - no goroutine or heap growth beyond a tolerance between checkpoints.
+//
+// All random choices come from one math/rand/v2 source seeded by Config.Seed and operations are
+// applied one at a time in that order, so a seed reproduces the operation sequence. The
+// system's timing is not deterministic: what an operation meets (which seek index the
+// delivered prefix allows, whether the previous seek still runs) can differ between runs.
+package chaos

@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// bitset is a growable set of small non-negative integers.
+type bitset struct{ words []uint64 }
+
+func (b *bitset) add(i int64) bool {
+	w := int(i / 64)
+	for len(b.words) <= w {
+		b.words = append(b.words, 0)
+	}
+	mask := uint64(1) << (i % 64)
+	had := b.words[w]&mask != 0
+	b.words[w] |= mask
+	return !had
+}
+
+func (b *bitset) has(i int64) bool {
+	w := int(i / 64)
+	return w < len(b.words) && b.words[w]&(uint64(1)<<(i%64)) != 0
+}
+
+// prefix is the first integer not in the set: every smaller one is in it.
+func (b *bitset) prefix() int64 {
+	for w, word := range b.words {
+		if word != ^uint64(0) {
+			for bit := range 64 {
+				if word&(uint64(1)<<bit) == 0 {
+					return int64(w*64 + bit)
+				}
+			}
+		}
+	}
+	return int64(len(b.words) * 64)
+}
+
+// ledger records what was produced and what reached the applications, per subscription.
+type ledger struct {
+	mu         sync.Mutex
+	produced   map[string]int64             // topic -> messages 0..n-1 stored
+	delivered  map[string]map[string]*bitset // subscription -> topic -> message numbers
+	indexes    map[string]map[string]*bitset // subscription -> partition topic -> broker-entry indexes
+	deliveries map[string]int64              // subscription -> deliveries, duplicates included
+}
+
+func newLedger() *ledger {
+	return &ledger{produced: map[string]int64{}, delivered: map[string]map[string]*bitset{},
+		indexes: map[string]map[string]*bitset{}, deliveries: map[string]int64{}}
+}
+
+func payload(topic string, n int64) []byte { return []byte(topic + "|" + strconv.FormatInt(n, 10)) }
+
+func parsePayload(p []byte) (topic string, n int64, ok bool) {
+	topic, num, found := strings.Cut(string(p), "|")
+	if !found {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	return topic, n, err == nil
+}
+
+// setProduced records that messages 0..n-1 of topic are stored on the broker.
+func (l *ledger) setProduced(topic string, n int64) {
+	l.mu.Lock()
+	l.produced[topic] = n
+	l.mu.Unlock()
+}
+
+// deliver records a message handed to an application of subscription sub.
+func (l *ledger) deliver(sub string, msg pulsar.Message) {
+	topic, n, ok := parsePayload(msg.Payload())
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deliveries[sub]++
+	set(l.delivered, sub, topic).add(n)
+	if idx := msg.Index(); idx != nil {
+		set(l.indexes, sub, msg.Topic()).add(int64(*idx))
+	}
+}
+
+func set(m map[string]map[string]*bitset, a, b string) *bitset {
+	inner := m[a]
+	if inner == nil {
+		inner = map[string]*bitset{}
+		m[a] = inner
+	}
+	s := inner[b]
+	if s == nil {
+		s = &bitset{}
+		inner[b] = s
+	}
+	return s
+}
+
+// deliveredPrefix is the first broker-entry index of partitionTopic not yet delivered to sub:
+// a seek to any index up to it loses nothing.
+func (l *ledger) deliveredPrefix(sub, partitionTopic string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return set(l.indexes, sub, partitionTopic).prefix()
+}
+
+// missing counts the produced messages of topics that sub has not received, with a few examples.
+func (l *ledger) missing(sub string, topics []string) (int64, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var count int64
+	var examples []string
+	for _, t := range topics {
+		got := set(l.delivered, sub, t)
+		for n := range l.produced[t] {
+			if !got.has(n) {
+				count++
+				if len(examples) < 5 {
+					examples = append(examples, string(payload(t, n)))
+				}
+			}
+		}
+	}
+	return count, examples
+}
+
+// totals returns produced messages, deliveries (with duplicates) and distinct deliveries.
+func (l *ledger) totals() (produced, deliveries, distinct int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.produced {
+		produced += n
+	}
+	for _, d := range l.deliveries {
+		deliveries += d
+	}
+	for _, topics := range l.delivered {
+		for _, s := range topics {
+			for _, w := range s.words {
+				for ; w != 0; w &= w - 1 {
+					distinct++
+				}
+			}
+		}
+	}
+	return produced, deliveries, distinct
+}

@@ -1,0 +1,204 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
+
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// group is one kind of consumer application: its pods share a subscription and a flow.
+type group struct {
+	name         string // flow name and the pods' app label
+	subscription string
+	flowTopic    string // spec.topic of the flow; empty for the regex group
+	topics       []string
+	consumer     pulsar.ConsumerOptions // Topic or TopicsPattern, Type, queue size
+	partitions   int                    // of flowTopic; 0 when not partitioned
+	useChan      bool                   // every other pod reads Chan() instead of Receive
+}
+
+// grant is the FLOW permits a (re)subscribe asks for: the receiver queue, or one for zero-queue.
+func (g *group) grant() uint32 {
+	if g.consumer.EnableZeroQueueConsumer {
+		return 1
+	}
+	return uint32(g.consumer.ReceiverQueueSize)
+}
+
+// simPod is a simulated pod: a stable agent address (the Pod object's port) in front of the
+// current agent process, which restarts with fresh state.
+type simPod struct {
+	name  string
+	group *group
+	serial int
+	proxy *agentProxy
+
+	mu       sync.Mutex
+	proc     *agentProcess
+	restarts int32
+}
+
+// agentProcess is one life of a pod's application: agent, control server, consumers, apps.
+type agentProcess struct {
+	id       int
+	agent    *agent.Agent
+	client   pulsar.Client
+	admin    *adminProxy
+	consumers []*trackedConsumer
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+}
+
+// trackedConsumer is a gated consumer with the application reading it.
+type trackedConsumer struct {
+	c        *agent.Consumer
+	name     string
+	group    *group
+	instance int
+	pod      string
+}
+
+// processEnv is what an agent process needs from the world.
+type processEnv struct {
+	serviceURL, adminURL, token string
+	faults                      *adminFaults
+	ledger                      *ledger
+	onReset                     func(resetRecord)
+	onViolation                 func(kind, detail string)
+	nextInstance                func() int
+}
+
+func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
+	id := env.nextInstance()
+	admin, err := newAdminProxy(env.adminURL, id, env.faults, env.onReset)
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(agent.Options{Name: p.name, AdminURL: admin.url(), StartGated: true, SyncTimeout: 3 * time.Second})
+	if err != nil {
+		admin.close()
+		return nil, err
+	}
+	proc := &agentProcess{id: id, agent: a, admin: admin}
+	srv, err := control.New(a, control.Options{Token: env.token, SeekTimeout: 30 * time.Second})
+	if err == nil {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			proc.cancel = cancel
+			proc.done.Add(1)
+			go func() { defer proc.done.Done(); _ = srv.Serve(ctx, ln) }()
+			p.proxy.target.Store(ln.Addr().String())
+		}
+	}
+	if err == nil {
+		proc.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: env.serviceURL, Logger: log.DefaultNopLogger(),
+			OperationTimeout: 10 * time.Second})
+	}
+	if err == nil {
+		err = proc.subscribe(env, p)
+	}
+	if err != nil {
+		proc.stop()
+		return nil, fmt.Errorf("pod %s: %w", p.name, err)
+	}
+	return proc, nil
+}
+
+func (proc *agentProcess) subscribe(env processEnv, p *simPod) error {
+	opts := p.group.consumer
+	opts.SubscriptionName = p.group.subscription
+	// The producer starts before the first pod: its first messages must be on the subscription.
+	opts.SubscriptionInitialPosition = pulsar.SubscriptionPositionEarliest
+	opts.Name = fmt.Sprintf("%s-i%d", p.name, proc.id) // a new name per process: the FLOW record tells lives apart
+	c, err := proc.agent.Subscribe(proc.client, opts)
+	if err != nil {
+		return err
+	}
+	tc := &trackedConsumer{c: c, name: opts.Name, group: p.group, instance: proc.id, pod: p.name}
+	proc.consumers = append(proc.consumers, tc)
+	ctx, cancel := context.WithCancel(context.Background())
+	prev := proc.cancel
+	proc.cancel = func() { cancel(); prev() }
+	proc.done.Add(1)
+	useChan := p.group.useChan && p.serial%2 == 1
+	go func() { defer proc.done.Done(); tc.application(ctx, env, useChan) }()
+	return nil
+}
+
+// application receives, checks the strict-pause invariant, records and acknowledges.
+func (tc *trackedConsumer) application(ctx context.Context, env processEnv, useChan bool) {
+	var ch <-chan pulsar.ConsumerMessage
+	if useChan {
+		ch = tc.c.Chan()
+	}
+	for {
+		before := tc.c.Status()
+		var msg pulsar.Message
+		if useChan {
+			select {
+			case cm := <-ch:
+				msg = cm.Message
+			case <-ctx.Done():
+				return
+			}
+		} else {
+			m, err := tc.c.Receive(ctx)
+			if err != nil {
+				if ctx.Err() != nil || errors.Is(err, agent.ErrConsumerClosed) {
+					return
+				}
+				continue
+			}
+			msg = m
+		}
+		if msg == nil {
+			continue
+		}
+		if before.State != protocol.Running {
+			tc.checkStrictPause(env, before, msg)
+		}
+		env.ledger.deliver(tc.group.subscription, msg)
+		_ = tc.c.Ack(msg)
+	}
+}
+
+// checkStrictPause: the consumer was Paused or Stopped (since before.Since) when Receive was
+// called. Once any transition in progress has finished (Generation takes the transition
+// lock, and a transition records its state before releasing it), the state must have changed:
+// otherwise the message was handed over while the gate stayed closed.
+func (tc *trackedConsumer) checkStrictPause(env processEnv, before protocol.ConsumerStatus, msg pulsar.Message) {
+	_ = tc.c.Generation()
+	after := tc.c.Status()
+	if after.State == before.State && after.Since.Equal(before.Since) {
+		env.onViolation("strict-pause", fmt.Sprintf("consumer %s (pod %s) handed over %q (id %v) while %s since %s",
+			tc.name, tc.pod, msg.Payload(), msg.ID(), before.State, before.Since.Format(time.RFC3339Nano)))
+	}
+}
+
+// stop ends the process as an exit would: consumers closed (unacked messages return to the
+// broker), server and admin proxy gone, nothing remembered.
+func (proc *agentProcess) stop() {
+	for _, tc := range proc.consumers {
+		tc.c.Close()
+	}
+	if proc.cancel != nil {
+		proc.cancel()
+	}
+	proc.done.Wait()
+	if proc.client != nil {
+		proc.client.Close()
+	}
+	proc.agent.Close()
+	proc.admin.close()
+}

@@ -1,0 +1,183 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// agentProxy is a pod's stable agent address (the port in its Pod object). It forwards TCP to
+// the current agent process, so that an agent can restart behind it, and injects HTTP faults:
+// while down, connections are accepted and closed at once.
+type agentProxy struct {
+	ln     net.Listener
+	target atomic.Value // string host:port of the agent process
+	down   atomic.Bool
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func newAgentProxy() (*agentProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &agentProxy{ln: ln, conns: map[net.Conn]struct{}{}}
+	p.target.Store("")
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+func (p *agentProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+func (p *agentProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		target := p.target.Load().(string)
+		if p.down.Load() || target == "" {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.forward(c, target)
+	}
+}
+
+func (p *agentProxy) forward(c net.Conn, target string) {
+	defer p.wg.Done()
+	up, err := net.DialTimeout("tcp", target, time.Second)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.track(c, up, true)
+	defer p.track(c, up, false)
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite(); close(done) }()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+	<-done
+	_ = up.Close()
+}
+
+func (p *agentProxy) track(a, b net.Conn, add bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		p.conns[a], p.conns[b] = struct{}{}, struct{}{}
+	} else {
+		delete(p.conns, a)
+		delete(p.conns, b)
+	}
+}
+
+// setDown makes the agent unreachable (connections closed, open ones cut) or reachable again.
+func (p *agentProxy) setDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.cutAll()
+	}
+}
+
+func (p *agentProxy) cutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+func (p *agentProxy) close() {
+	_ = p.ln.Close()
+	p.cutAll()
+	p.wg.Wait()
+}
+
+// adminFaults are the admin API faults in force, shared by every agent's admin proxy.
+type adminFaults struct {
+	latency atomic.Int64 // nanoseconds before each call
+	failing atomic.Bool  // answer 503 to every call
+}
+
+// resetRecord is one reset-cursor call an agent process made.
+type resetRecord struct {
+	Instance     int
+	Subscription string
+	Path         string
+	At           time.Time
+}
+
+// adminProxy sits between one agent process and the broker's admin API: it injects the
+// faults in force and records every reset-cursor call, which is how a seek moves a cursor.
+type adminProxy struct {
+	srv    *http.Server
+	ln     net.Listener
+	record func(resetRecord)
+}
+
+func newAdminProxy(brokerAdmin string, instance int, faults *adminFaults, record func(resetRecord)) (*adminProxy, error) {
+	target, err := url.Parse(brokerAdmin)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ErrorLog = nil
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := time.Duration(faults.latency.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if faults.failing.Load() {
+			http.Error(w, `{"reason":"injected admin fault"}`, http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/resetcursor") {
+			record(resetRecord{Instance: instance, Subscription: subscriptionOfPath(r.URL.Path), Path: r.URL.Path, At: time.Now()})
+		}
+		rp.ServeHTTP(w, r)
+	})
+	p := &adminProxy{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, ln: ln, record: record}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *adminProxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *adminProxy) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+	_ = p.srv.Close()
+}
+
+// subscriptionOfPath takes the subscription out of .../subscription/{sub}/resetcursor[/...].
+func subscriptionOfPath(path string) string {
+	parts := strings.Split(path, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "subscription" {
+			return parts[i+1]
+		}
+	}
+	return ""
+}

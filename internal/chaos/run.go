@@ -1,0 +1,357 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config sizes a run.
+type Config struct {
+	Seed     uint64
+	Ops      int           // operations drawn and applied
+	Messages int           // numbered messages produced, spread over the topics
+	Pods     int           // pods at the start (and the end), spread over the consumer kinds
+	Duration time.Duration // of the operations phase; the producer is paced over it
+	// Converge bounds the wait for convergence after the last operation.
+	Converge time.Duration
+	// Drain bounds the wait, after the final Running, for every message to be delivered.
+	Drain time.Duration
+	// Out receives the report; Verbose, when set, every operation as it is applied.
+	Out, Verbose io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Ops <= 0 {
+		c.Ops = 100
+	}
+	if c.Messages <= 0 {
+		c.Messages = 10000
+	}
+	if c.Pods <= 0 {
+		c.Pods = 10
+	}
+	if c.Duration <= 0 {
+		c.Duration = time.Minute
+	}
+	if c.Converge <= 0 {
+		c.Converge = 90 * time.Second
+	}
+	if c.Drain <= 0 {
+		c.Drain = 2 * time.Minute
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	return c
+}
+
+// Report is what a run found.
+type Report struct {
+	Seed                            uint64
+	Ops                             map[string]int
+	Produced, Deliveries, Distinct  int64
+	FlowsChecked                    int
+	Seeks                           int
+	Violations                      []violation
+	ViolationCounts                 map[string]int
+	Converge, FinalConverge, Drain  time.Duration
+	Elapsed                         time.Duration
+	GoroutinesStart, GoroutinesEnd  int
+	HeapStartMiB, HeapEndMiB        float64
+	ControllerReplicas, AgentStarts int
+}
+
+// Failed reports whether any invariant was violated.
+func (r *Report) Failed() bool { return len(r.ViolationCounts) > 0 }
+
+// Run sets up the world, applies cfg.Ops operations over cfg.Duration while the producer
+// writes cfg.Messages messages, then checks every invariant. The error is for a run that could
+// not be carried out; violations are in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	fmt.Fprintf(cfg.Out, "chaos seed %d (ops %d, messages %d, pods %d, duration %s)\n", cfg.Seed, cfg.Ops, cfg.Messages, cfg.Pods, cfg.Duration)
+	began := time.Now()
+	w, err := newWorld(cfg)
+	if err != nil {
+		if w != nil {
+			w.close()
+		}
+		return nil, err
+	}
+	defer w.close()
+	rep := &Report{Seed: cfg.Seed}
+	e := newEngine(w, cfg.Seed)
+	if err := runPhases(ctx, w, e, rep); err != nil {
+		return rep, err
+	}
+	rep.Elapsed = time.Since(began)
+	rep.Ops = e.counts
+	rep.Seeks = len(e.seeks)
+	rep.Produced, rep.Deliveries, rep.Distinct = w.ledger.totals()
+	rep.ControllerReplicas, rep.AgentStarts = w.ctrls.nextID, int(w.instances.Load())
+	w.mu.Lock()
+	rep.Violations = slices.Clone(w.violations)
+	rep.ViolationCounts = maps.Clone(w.count)
+	w.mu.Unlock()
+	rep.print(cfg.Out)
+	return rep, nil
+}
+
+func runPhases(ctx context.Context, w *world, e *engine, rep *Report) error {
+	cfg := w.cfg
+	prodCtx, stopProducer := context.WithCancel(ctx)
+	defer stopProducer()
+	producerDone := w.produce(prodCtx, cfg.Messages, cfg.Duration)
+	if err := w.awaitTopics(ctx); err != nil {
+		return err
+	}
+	for i := range cfg.Pods {
+		if _, err := w.createPod(ctx, w.groups[i%len(w.groups)]); err != nil {
+			return err
+		}
+	}
+	initial := map[*group]int{}
+	for _, p := range w.pods {
+		initial[p.group]++
+	}
+	w.mon.run()
+	defer w.mon.stop()
+	if _, problems := w.awaitConvergence(ctx, cfg.Converge); len(problems) > 0 {
+		return fmt.Errorf("the system did not converge before the first operation: %s", strings.Join(problems, "; "))
+	}
+	rep.GoroutinesStart, rep.HeapStartMiB = checkpoint()
+
+	opsStart := time.Now()
+	for i := range cfg.Ops {
+		due := opsStart.Add(time.Duration(float64(cfg.Duration) * float64(i) / float64(cfg.Ops)))
+		if err := sleepUntil(ctx, due); err != nil {
+			return err
+		}
+		e.step(ctx, i, cfg.Ops)
+	}
+	e.healAll()
+	if e.ha {
+		if _, err := e.switchHA(); err != nil {
+			return err
+		}
+	}
+	// The producer is paced to end with the operations; faults may have slowed it.
+	if err := waitProducer(producerDone, cfg.Drain); err != nil {
+		w.violate("producer", err.Error())
+	}
+
+	var problems []string
+	rep.Converge, problems = w.awaitConvergence(ctx, cfg.Converge)
+	for _, p := range problems {
+		w.violate("convergence", p)
+	}
+	if err := w.normalize(ctx, initial); err != nil {
+		return err
+	}
+	rep.FinalConverge, problems = w.awaitConvergence(ctx, cfg.Converge)
+	for _, p := range problems {
+		w.violate("convergence", "after the final Running: "+p)
+	}
+	rep.Drain = w.awaitDelivery(ctx, cfg.Drain)
+	for _, p := range w.seekProblems(ctx, e.seeks, e.lastSeek) {
+		w.violate("seek", p)
+	}
+	rep.FlowsChecked = w.checkFlows()
+	if err := w.trimPods(ctx, initial); err != nil {
+		return err
+	}
+	rep.GoroutinesEnd, rep.HeapEndMiB = checkpoint()
+	w.checkGrowth(rep)
+	return nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func waitProducer(wait func() error, bound time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(bound):
+		return errors.New("the producer did not store every message within the drain bound")
+	}
+}
+
+// awaitTopics waits until every topic holds a message, so that pattern consumers find them all.
+func (w *world) awaitTopics(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		w.ledger.mu.Lock()
+		ready := 0
+		for _, t := range producedTopics {
+			if w.ledger.produced[t] > 0 {
+				ready++
+			}
+		}
+		w.ledger.mu.Unlock()
+		if ready == len(producedTopics) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the producer could not write to every topic within a minute")
+		}
+		if err := sleepUntil(ctx, time.Now().Add(50*time.Millisecond)); err != nil {
+			return err
+		}
+	}
+}
+
+// normalize brings everything to Running: spec state, no windows, no override, the wide
+// selector, every pod labelled in, and at least the initial number of pods per kind.
+func (w *world) normalize(ctx context.Context, initial map[*group]int) error {
+	for _, g := range w.groups {
+		patch := map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{
+				"subflow.dev/override-state": nil, "subflow.dev/override-until": nil}},
+			"spec": map[string]any{"state": "Running", "maintenanceWindows": nil,
+				"selector": map[string]any{"matchLabels": map[string]any{appLabel: g.name, tierLabel: nil}}},
+		}
+		if err := (&engine{w: w}).patchFlow(ctx, g, patch); err != nil {
+			return err
+		}
+		for w.podsOf(g) < initial[g] {
+			if _, err := w.createPod(ctx, g); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range w.pods {
+		if err := w.labelPod(ctx, p, map[string]string{appLabel: p.group.name}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimPods deletes the pods beyond the initial number per kind, so that the last checkpoint
+// measures the same shape as the first.
+func (w *world) trimPods(ctx context.Context, initial map[*group]int) error {
+	for _, g := range w.groups {
+		for w.podsOf(g) > initial[g] {
+			var victim *simPod
+			for _, p := range w.pods {
+				if p.group == g {
+					victim = p
+					break
+				}
+			}
+			if err := w.deletePod(ctx, victim); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// awaitDelivery waits until every subscription received every produced message of its topics,
+// and records a violation for what is still missing at the bound.
+func (w *world) awaitDelivery(ctx context.Context, bound time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		missing := 0
+		for _, g := range w.groups {
+			if n, _ := w.ledger.missing(g.subscription, g.topics); n > 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > bound || ctx.Err() != nil {
+			break
+		}
+		_ = sleepUntil(ctx, time.Now().Add(250*time.Millisecond))
+	}
+	for _, g := range w.groups {
+		if n, examples := w.ledger.missing(g.subscription, g.topics); n > 0 {
+			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v", g.subscription, n, examples))
+		}
+	}
+	return time.Since(start)
+}
+
+// checkpoint measures goroutines and the live heap after a collection.
+func checkpoint() (int, float64) {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return runtime.NumGoroutine(), float64(ms.HeapAlloc) / (1 << 20)
+}
+
+// Growth tolerances between the checkpoints. Goroutines: client connections and idle HTTP
+// connections come and go. Heap: the broker keeps every message and every FLOW, and the run
+// records deliveries, so it grows with the messages; a leak per operation or per pod shows.
+const (
+	goroutineSlack    = 100
+	heapSlackMiB      = 64
+	heapPerMessageKiB = 2
+)
+
+func (w *world) checkGrowth(rep *Report) {
+	if rep.GoroutinesEnd > rep.GoroutinesStart+goroutineSlack+rep.GoroutinesStart/4 {
+		w.violate("leak", fmt.Sprintf("goroutines grew from %d to %d", rep.GoroutinesStart, rep.GoroutinesEnd))
+	}
+	produced, _, _ := w.ledger.totals()
+	allowed := heapSlackMiB + float64(produced)*heapPerMessageKiB/1024
+	if rep.HeapEndMiB-rep.HeapStartMiB > allowed {
+		w.violate("leak", fmt.Sprintf("heap grew from %.1f to %.1f MiB (allowed %.1f for %d messages)",
+			rep.HeapStartMiB, rep.HeapEndMiB, allowed, produced))
+	}
+}
+
+func (r *Report) print(out io.Writer) {
+	fmt.Fprintf(out, "seed %d\n", r.Seed)
+	total := 0
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(r.Ops)) {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.Ops[k]))
+		total += r.Ops[k]
+	}
+	fmt.Fprintf(out, "operations %d: %s\n", total, strings.Join(kinds, " "))
+	fmt.Fprintf(out, "messages produced %d, deliveries %d (distinct %d, replays and redeliveries %d), seeks %d, FLOWs checked %d\n",
+		r.Produced, r.Deliveries, r.Distinct, r.Deliveries-r.Distinct, r.Seeks, r.FlowsChecked)
+	fmt.Fprintf(out, "convergence after the last operation %s, after the final Running %s, drain %s, run %s\n",
+		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))
+	fmt.Fprintf(out, "goroutines %d -> %d, heap %.1f -> %.1f MiB, controller replicas %d, agent processes %d\n",
+		r.GoroutinesStart, r.GoroutinesEnd, r.HeapStartMiB, r.HeapEndMiB, r.ControllerReplicas, r.AgentStarts)
+	n := 0
+	for _, c := range r.ViolationCounts {
+		n += c
+	}
+	fmt.Fprintf(out, "violations %d\n", n)
+	for _, v := range r.Violations {
+		fmt.Fprintf(out, "VIOLATION %s at %s: %s\n", v.Kind, v.At.Format("15:04:05.000"), v.Detail)
+		for _, op := range v.Trace {
+			fmt.Fprintf(out, "    after %s\n", op)
+		}
+	}
+	fmt.Fprintf(out, "BENCH chaos ops=%d messages=%d violations=%d converge_ms=%d drain_ms=%d goroutines=%d/%d heap_mib=%.1f/%.1f\n",
+		total, r.Produced, n, r.Converge.Milliseconds(), r.Drain.Milliseconds(), r.GoroutinesStart, r.GoroutinesEnd, r.HeapStartMiB, r.HeapEndMiB)
+}

@@ -1,0 +1,359 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testenv"
+)
+
+const (
+	namespace  = "chaos"
+	agentToken = "chaos-agent-token"
+	topicRoot  = "persistent://public/default/"
+	appLabel   = "app"
+	tierLabel  = "tier"
+	idleSuffix = "-idle"
+)
+
+// groups are the consumer kinds of the run, one flow and one subscription each.
+func newGroups() []*group {
+	const queue = 50
+	return []*group{
+		{name: "shared", subscription: "shared", flowTopic: topicRoot + "chaos-a", topics: []string{"chaos-a"}, useChan: true,
+			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-a", Type: pulsar.Shared, ReceiverQueueSize: queue}},
+		{name: "keyshared", subscription: "keyshared", flowTopic: topicRoot + "chaos-a", topics: []string{"chaos-a"},
+			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-a", Type: pulsar.KeyShared, ReceiverQueueSize: queue}},
+		{name: "failover", subscription: "failover", flowTopic: topicRoot + "chaos-p", topics: []string{"chaos-p"}, partitions: 3,
+			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-p", Type: pulsar.Failover, ReceiverQueueSize: queue}},
+		{name: "regex", subscription: "regex", topics: []string{"chaos-r-0", "chaos-r-1"},
+			consumer: pulsar.ConsumerOptions{TopicsPattern: topicRoot + "chaos-r-.*", Type: pulsar.Shared, ReceiverQueueSize: queue}},
+		{name: "zeroqueue", subscription: "zeroqueue", flowTopic: topicRoot + "chaos-z", topics: []string{"chaos-z"},
+			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-z", Type: pulsar.Shared, EnableZeroQueueConsumer: true}},
+	}
+}
+
+// producedTopics are the topics the producer writes, with the partitioned one first created.
+var producedTopics = []string{"chaos-a", "chaos-p", "chaos-r-0", "chaos-r-1", "chaos-z"}
+
+// world is everything the run drives.
+type world struct {
+	cfg    Config
+	env    *envtest.Environment
+	k8s    client.Client
+	broker *pulsartest.Broker
+	clock  *shiftClock
+	ctrls  *controllerSet
+	groups []*group
+	ledger *ledger
+	faults adminFaults
+	mon    *monitor
+	start  time.Time
+
+	instances atomic.Int64
+	podSerial int
+	pods      []*simPod // live, in creation order
+
+	mu         sync.Mutex
+	resets     []resetRecord
+	violations []violation
+	count      map[string]int // violations by kind, also those not kept
+	trace      []opRecord
+	events     []time.Time // broker-side events that make consumers reconnect
+}
+
+func newWorld(cfg Config) (*world, error) {
+	ctrl.SetLogger(logr.Discard())
+	w := &world{cfg: cfg, clock: &shiftClock{}, groups: newGroups(), ledger: newLedger(), start: time.Now(),
+		count: map[string]int{}}
+	w.mon = newMonitor(w)
+	env, restCfg, err := testenv.Start()
+	if err != nil {
+		return nil, err
+	}
+	w.env = env
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	if w.k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+		return w, err
+	}
+	w.ctrls = &controllerSet{cfg: restCfg, scheme: scheme, clock: w.clock}
+	if w.broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+		return w, err
+	}
+	if err := w.broker.CreatePartitionedTopic(topicRoot+"chaos-p", 3); err != nil {
+		return w, err
+	}
+	ctx := context.Background()
+	for _, ns := range []string{namespace, leaseNamespace} {
+		if err := w.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return w, err
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: controllers.DefaultTokenSecret},
+		Data: map[string][]byte{controllers.DefaultTokenKey: []byte(agentToken)}}
+	if err := w.k8s.Create(ctx, secret); err != nil {
+		return w, err
+	}
+	if _, err := w.ctrls.start(false); err != nil {
+		return w, err
+	}
+	for _, g := range w.groups {
+		flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: g.name},
+			Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{appLabel: g.name}},
+				Subscription: g.subscription, Topic: g.flowTopic, State: subflowv1.StateRunning}}
+		if err := w.k8s.Create(ctx, flow); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+func (w *world) close() {
+	for _, p := range w.pods {
+		p.stop()
+	}
+	w.pods = nil
+	if w.ctrls != nil {
+		w.ctrls.killAll()
+	}
+	if w.broker != nil {
+		_ = w.broker.Close()
+	}
+	if w.env != nil {
+		_ = w.env.Stop()
+	}
+}
+
+func (w *world) processEnv() processEnv {
+	return processEnv{serviceURL: w.broker.ServiceURL(), adminURL: w.broker.AdminURL(), token: agentToken,
+		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate,
+		nextInstance: func() int { return int(w.instances.Add(1)) }}
+}
+
+func (w *world) recordReset(r resetRecord) {
+	w.mu.Lock()
+	w.resets = append(w.resets, r)
+	w.mu.Unlock()
+}
+
+// reconnectEvent notes a broker-side fault after which consumers re-subscribe.
+func (w *world) reconnectEvent() {
+	w.mu.Lock()
+	w.events = append(w.events, time.Now())
+	w.mu.Unlock()
+}
+
+// createPod starts a pod's process and registers its Pod object, as a kubelet would report it.
+func (w *world) createPod(ctx context.Context, g *group) (*simPod, error) {
+	w.podSerial++
+	p := &simPod{name: fmt.Sprintf("%s-%d", g.name, w.podSerial), group: g, serial: w.podSerial}
+	var err error
+	if p.proxy, err = newAgentProxy(); err != nil {
+		return nil, err
+	}
+	if p.proc, err = startProcess(w.processEnv(), p); err != nil {
+		p.proxy.close()
+		return nil, err
+	}
+	w.mon.watch(p.proc)
+	tier := "a"
+	if w.podSerial%2 == 0 {
+		tier = "b"
+	}
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name, Labels: map[string]string{appLabel: g.name, tierLabel: tier}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "chaos-consumer",
+			Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(p.proxy.port())}}}}},
+	}
+	if err := w.k8s.Create(ctx, obj); err != nil {
+		p.stop()
+		return nil, err
+	}
+	obj.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "chaos-consumer"}}}
+	if err := w.k8s.Status().Update(ctx, obj); err != nil {
+		p.stop()
+		return nil, err
+	}
+	w.pods = append(w.pods, p)
+	return p, nil
+}
+
+// deletePod deletes the Pod object, then ends its process, as a kubelet does on deletion.
+func (w *world) deletePod(ctx context.Context, p *simPod) error {
+	err := w.k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name}},
+		client.GracePeriodSeconds(0))
+	if proc := p.process(); proc != nil {
+		w.mon.forget(proc)
+	}
+	p.stop()
+	w.pods = slices.DeleteFunc(w.pods, func(x *simPod) bool { return x == p })
+	return err
+}
+
+// restartAgent replaces the pod's process (fresh agent state, StartGated) and reports the
+// container restart in the Pod status, as the kubelet does.
+func (w *world) restartAgent(ctx context.Context, p *simPod) error {
+	p.mu.Lock()
+	old := p.proc
+	p.proc = nil
+	p.mu.Unlock()
+	if old != nil {
+		w.mon.forget(old)
+		old.stop()
+	}
+	proc, err := startProcess(w.processEnv(), p)
+	if err != nil {
+		return err
+	}
+	w.mon.watch(proc)
+	p.mu.Lock()
+	p.proc = proc
+	p.restarts++
+	restarts := p.restarts
+	p.mu.Unlock()
+	var obj corev1.Pod
+	if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: p.name}, &obj); err != nil {
+		return err
+	}
+	for i := range obj.Status.ContainerStatuses {
+		obj.Status.ContainerStatuses[i].RestartCount = restarts
+	}
+	return w.k8s.Status().Update(ctx, &obj)
+}
+
+func (p *simPod) process() *agentProcess {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.proc
+}
+
+func (p *simPod) stop() {
+	p.mu.Lock()
+	proc := p.proc
+	p.proc = nil
+	p.mu.Unlock()
+	if proc != nil {
+		proc.stop()
+	}
+	p.proxy.close()
+}
+
+// labelPod merges labels into the pod's (an empty value removes the label).
+func (w *world) labelPod(ctx context.Context, p *simPod, labels map[string]string) error {
+	patch := map[string]any{}
+	for k, v := range labels {
+		if v == "" {
+			patch[k] = nil
+		} else {
+			patch[k] = v
+		}
+	}
+	return w.mergePatch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name}},
+		map[string]any{"metadata": map[string]any{"labels": patch}})
+}
+
+func (w *world) mergePatch(ctx context.Context, obj client.Object, patch map[string]any) error {
+	data, err := jsonBytes(patch)
+	if err != nil {
+		return err
+	}
+	return w.k8s.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", data))
+}
+
+// producer writes numbered messages to every topic, paced to spread them over the run, and
+// retries a failed send with the same number until it is stored.
+func (w *world) produce(ctx context.Context, total int, over time.Duration) (wait func() error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(producedTopics))
+	for i, topic := range producedTopics {
+		n := total / len(producedTopics)
+		if i < total%len(producedTopics) {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.produceTopic(ctx, topic, int64(n), over); err != nil {
+				errs <- fmt.Errorf("producer %s: %w", topic, err)
+			}
+		}()
+	}
+	return func() error {
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return errors.Join(all...)
+	}
+}
+
+func (w *world) produceTopic(ctx context.Context, topic string, n int64, over time.Duration) error {
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.broker.ServiceURL(), Logger: nopLogger()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	opts := pulsar.ProducerOptions{Topic: topicRoot + topic, DisableBatching: topic != "chaos-a" && topic != "chaos-p",
+		BatchingMaxPublishDelay: 5 * time.Millisecond, SendTimeout: 5 * time.Second}
+	producer, err := c.CreateProducer(opts)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	start := time.Now()
+	for i := int64(0); i < n; i++ {
+		if due := start.Add(time.Duration(float64(over) * float64(i) / float64(n))); time.Until(due) > 0 {
+			select {
+			case <-time.After(time.Until(due)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		msg := &pulsar.ProducerMessage{Payload: payload(topic, i), Key: fmt.Sprintf("k%d", i%16)}
+		for {
+			if _, err := producer.Send(ctx, msg); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		w.ledger.setProduced(topic, i+1)
+	}
+	return nil
+}
+
+func (w *world) podsOf(g *group) int {
+	n := 0
+	for _, p := range w.pods {
+		if p.group == g {
+			n++
+		}
+	}
+	return n
+}
+
+func nopLogger() log.Logger { return log.DefaultNopLogger() }
