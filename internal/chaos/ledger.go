@@ -44,7 +44,7 @@ func (b *bitset) prefix() int64 {
 // ledger records what was produced and what reached the applications, per subscription.
 type ledger struct {
 	mu         sync.Mutex
-	produced   map[string]int64             // topic -> messages 0..n-1 stored
+	produced   map[string]int64              // topic -> messages 0..n-1 stored
 	delivered  map[string]map[string]*bitset // subscription -> topic -> message numbers
 	indexes    map[string]map[string]*bitset // subscription -> partition topic -> broker-entry indexes
 	deliveries map[string]int64              // subscription -> deliveries, duplicates included

@@ -100,13 +100,13 @@ type seekIssued struct {
 // engine draws and applies operations; all randomness comes from rng, drawn before the
 // operation looks at the world, so that a seed gives the same sequence of operations.
 type engine struct {
-	w       *world
-	rng     *rand.Rand
-	ha      bool
-	heals   map[int][]func()
-	seeks   []seekIssued
+	w        *world
+	rng      *rand.Rand
+	ha       bool
+	heals    map[int][]func()
+	seeks    []seekIssued
 	lastSeek map[string]string // flow -> id of its latest seek
-	counts  map[string]int
+	counts   map[string]int
 }
 
 func newEngine(w *world, seed uint64) *engine {

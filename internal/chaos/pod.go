@@ -38,10 +38,10 @@ func (g *group) grant() uint32 {
 // simPod is a simulated pod: a stable agent address (the Pod object's port) in front of the
 // current agent process, which restarts with fresh state.
 type simPod struct {
-	name  string
-	group *group
+	name   string
+	group  *group
 	serial int
-	proxy *agentProxy
+	proxy  *agentProxy
 
 	mu       sync.Mutex
 	proc     *agentProcess
@@ -50,13 +50,13 @@ type simPod struct {
 
 // agentProcess is one life of a pod's application: agent, control server, consumers, apps.
 type agentProcess struct {
-	id       int
-	agent    *agent.Agent
-	client   pulsar.Client
-	admin    *adminProxy
+	id        int
+	agent     *agent.Agent
+	client    pulsar.Client
+	admin     *adminProxy
 	consumers []*trackedConsumer
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
 }
 
 // trackedConsumer is a gated consumer with the application reading it.
