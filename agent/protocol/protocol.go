@@ -67,6 +67,9 @@ type FlowRequest struct {
 	State State `json:"state"`
 	// Seek is an optional one-shot seek request.
 	Seek *SeekRequest `json:"seek,omitempty"`
+	// ReportBacklog asks this agent (one per flow) to read the subscription's backlog and the
+	// retention that may delete it, through the admin API, and report them in FlowStatus.Backlog.
+	ReportBacklog bool `json:"reportBacklog,omitempty"`
 }
 
 // SeekRequest asks for a seek to a broker-entry index (PIP-101 semantics).
@@ -105,6 +108,45 @@ type FlowStatus struct {
 	Seek *SeekStatus `json:"seek,omitempty"`
 	// Conflict names other flows that match the same consumers with a different state.
 	Conflict string `json:"conflict,omitempty"`
+	// Backlog reports, per topic (partition), the subscription's backlog on the broker and the
+	// retention policies in force, when the request asked for it. Values may lag by the agent's
+	// refresh period.
+	Backlog []BacklogStatus `json:"backlog,omitempty"`
+}
+
+// BacklogStatus is one topic's (or partition's) backlog for the flow's subscription and what
+// may delete it while nobody consumes: a message TTL, or a backlog quota whose policy is
+// consumer_backlog_eviction.
+type BacklogStatus struct {
+	Topic string `json:"topic"`
+	// Messages and Bytes waiting for the subscription (msgBacklog, backlogSize).
+	Messages int64 `json:"messages"`
+	Bytes    int64 `json:"bytes"`
+	// OldestPublishTime is the publish time of the oldest message in the backlog; nil when empty
+	// or unknown.
+	OldestPublishTime *time.Time `json:"oldestPublishTime,omitempty"`
+	// MessageTTLSeconds is the effective message TTL (topic, else namespace, else broker); nil
+	// means none.
+	MessageTTLSeconds *int64 `json:"messageTTLSeconds,omitempty"`
+	// Quotas are the effective backlog quotas.
+	Quotas []BacklogQuota `json:"quotas,omitempty"`
+	// ReadAt is when the agent read these values.
+	ReadAt time.Time `json:"readAt"`
+	// Unknown explains why the values could not be read (e.g. the admin API refused the
+	// application's credentials); the other fields are then empty.
+	Unknown string `json:"unknown,omitempty"`
+}
+
+// BacklogQuota is one effective backlog quota of a topic.
+type BacklogQuota struct {
+	// Type is destination_storage (a size limit) or message_age (a time limit).
+	Type string `json:"type"`
+	// LimitBytes and LimitSeconds are the quota's limits; zero or negative means none.
+	LimitBytes   int64 `json:"limitBytes,omitempty"`
+	LimitSeconds int64 `json:"limitSeconds,omitempty"`
+	// Policy is producer_request_hold, producer_exception or consumer_backlog_eviction; only
+	// the last deletes messages.
+	Policy string `json:"policy"`
 }
 
 // ConsumerStatus is the observed state of one agent consumer.
