@@ -48,7 +48,12 @@ func (p *plugin) statusCommand() *cobra.Command {
 
 func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time) error {
 	st := flow.Status
-	field := func(label, value string) { fmt.Fprintf(out, "%-17s%s\n", label+":", value) }
+	field := func(label, value string) {
+		if label != "" {
+			label += ":"
+		}
+		fmt.Fprintf(out, "%-17s%s\n", label, value)
+	}
 	field("Name", flow.Name)
 	field("Namespace", flow.Namespace)
 	field("Subscription", oneLine(flow.Spec.Subscription))

@@ -79,7 +79,7 @@ func (p *plugin) waitFor(ctx context.Context, name, target string, goal waitGoal
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
 		return err
 	}
-	why := ""
+	why, announced := "", false
 	_, err = watchtools.UntilWithSync(ctx, singleFlowWatch(ctx, c, namespace, name), &subflowv1.SubscriptionFlow{}, nil,
 		func(ev watch.Event) (bool, error) {
 			if ev.Type == watch.Deleted {
@@ -91,6 +91,11 @@ func (p *plugin) waitFor(ctx context.Context, name, target string, goal waitGoal
 			}
 			var done bool
 			done, why = goal(f, p.now())
+			if !done && !announced {
+				// Once, so that a person (or a script) sees what is being waited for.
+				fmt.Fprintf(p.stderr, "Waiting for %s/%s to be %s: %s\n", resourceName, name, target, why)
+				announced = true
+			}
 			return done, nil
 		})
 	switch {

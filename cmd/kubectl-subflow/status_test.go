@@ -1,0 +1,140 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
+	ns := namespace(t, "status")
+	until := time.Now().Add(29 * time.Minute).UTC().Truncate(time.Second)
+	index := int64(120034)
+	newFlow(t, ns, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Annotations[subflowv1.OverrideStateAnnotation] = "Paused"
+		f.Annotations[subflowv1.OverrideUntilAnnotation] = until.Format(time.RFC3339)
+		f.Annotations[subflowv1.OverrideReasonAnnotation] = "INC-4711"
+		f.Spec.Topic = "persistent://shop/orders/events"
+		f.Spec.Seek = &subflowv1.SeekSpec{ID: "replay-1", Index: &index}
+	})
+	synced := metav1.NewTime(time.Now().Add(-10 * time.Second))
+	setStatus(t, ns, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Status = subflowv1.SubscriptionFlowStatus{
+			ObservedGeneration: f.Generation, Revision: 4,
+			EffectiveState: subflowv1.StatePaused, StateSource: subflowv1.SourceOverride,
+			NextTransitionTime: &metav1.Time{Time: until},
+			Pods:               subflowv1.PodCounts{Matched: 2, Synced: 1, Unreachable: 1},
+			Consumers:          subflowv1.ConsumerCounts{Total: 2, Paused: 2, Halted: "2/2"},
+			Agents: []subflowv1.AgentStatus{
+				{Pod: "orders-1", State: "Unreachable", Message: "dial tcp 10.0.0.7:9470: connect: connection refused\x1b[2J"},
+				{Pod: "orders-0", State: "Paused", Consumers: 2, HeldMessages: 17, LastSyncTime: &synced},
+			},
+			Seek: &subflowv1.SeekStatus{ID: "replay-1", Executor: "orders-0", CompletionTime: &synced,
+				Positions: []subflowv1.SeekPosition{{Partition: -1, Index: 120034, MessageID: "12:5:-1:-1"}}},
+			Conditions: []metav1.Condition{
+				condition(subflowv1.ConditionSeekCompleted, metav1.ConditionTrue, subflowv1.ReasonSeekSucceeded, "Seek replay-1 done"),
+				condition(subflowv1.ConditionPaused, metav1.ConditionTrue, subflowv1.ReasonConsumersPaused, "2 of 2 consumers halted"),
+				condition(subflowv1.ConditionReady, metav1.ConditionFalse, subflowv1.ReasonAgentsUnreachable, "1 agent did not answer: orders-1"),
+			},
+		}
+	})
+
+	out := mustSucceed(t, "status", "orders", "-n", ns).stdout
+
+	for _, want := range []string{
+		"Name:            orders\n",
+		"Topic:           persistent://shop/orders/events\n",
+		"Desired state:   Running (spec.state)\n",
+		"Override:        Paused until " + until.Format(time.RFC3339) + " (in 2",
+		", reason: INC-4711\n",
+		"Effective state: Paused (source: Override)\n",
+		"Next transition: " + until.Format(time.RFC3339) + " (in 2",
+		"Pods:            2 matched, 1 synced, 1 unreachable\n",
+		"Consumers:       2 total, 0 running, 2 paused, 0 stopped\n",
+		"Seek:            id replay-1 (index 120034): Succeeded ",
+		", executor orders-0\n",
+		"                   topic: index 120034 -> message 12:5:-1:-1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	// Conditions in the fixed order Ready, Paused, ..., SeekCompleted; pods as reported.
+	for _, row := range []string{
+		`(?m)^Conditions:\n  TYPE +STATUS +REASON +AGE +MESSAGE\n  Ready +False +AgentsUnreachable +5m\S* +1 agent did not answer: orders-1\n  Paused +True +ConsumersPaused +5m\S* .*\n  SeekCompleted +True +SeekSucceeded +5m\S* .*\n`,
+		`(?m)^Agents:\n  POD +STATE +CONSUMERS +HELD +LAST SYNC +MESSAGE\n  orders-1 +Unreachable +0 +0 +<never> +dial tcp 10.0.0.7:9470: connect: connection refused \[2J\n  orders-0 +Paused +2 +17 +\d+s ago *\n`,
+	} {
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Errorf("status does not match %s:\n%s", row, out)
+		}
+	}
+	if strings.ContainsRune(out, '\x1b') {
+		t.Error("a pod's message sent a terminal control sequence through")
+	}
+}
+
+func TestStatusExplainsAFailedSeekAndAStaleStatus(t *testing.T) {
+	ns := namespace(t, "status-seek-failed")
+	index := int64(7)
+	newFlow(t, ns, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Spec.Seek = &subflowv1.SeekSpec{ID: "replay-2", Index: &index}
+	})
+	setStatus(t, ns, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Status.ObservedGeneration = f.Generation - 1
+		f.Status.Seek = &subflowv1.SeekStatus{ID: "replay-2", Executor: "orders-0"}
+		f.Status.Conditions = []metav1.Condition{condition(subflowv1.ConditionSeekCompleted, metav1.ConditionFalse,
+			subflowv1.ReasonIndexMetadataDisabled, "broker stores no entry index: enable AppendIndexMetadataInterceptor")}
+	})
+
+	out := mustSucceed(t, "status", "orders", "-n", ns).stdout
+
+	for _, want := range []string{
+		"Override:        <none>\n",
+		"Effective state: <not reported yet>\n",
+		"Observed:        generation 0 of 1: the controller has not caught up yet\n",
+		"Seek:            id replay-2 (index 7): Failed (IndexMetadataDisabled): broker stores no entry index: enable AppendIndexMetadataInterceptor, executor orders-0\n",
+		"Agents:\n  <no pod matched>\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestListLikeKubectlGet(t *testing.T) {
+	a := namespace(t, "list-a")
+	b := namespace(t, "list-b")
+	empty := namespace(t, "list-empty")
+	newFlow(t, a, "orders", func(f *subflowv1.SubscriptionFlow) { f.Spec.State = subflowv1.StatePaused })
+	newFlow(t, a, "payments", nil)
+	newFlow(t, b, "billing", nil)
+	setStatus(t, a, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Status.EffectiveState, f.Status.StateSource = subflowv1.StateStopped, subflowv1.SourceOverride
+		f.Status.Consumers.Halted = "3/3"
+		f.Status.Conditions = []metav1.Condition{condition(subflowv1.ConditionReady, metav1.ConditionTrue, subflowv1.ReasonSynced, "")}
+	})
+
+	out := mustSucceed(t, "list", "-n", a).stdout
+	want := `^NAME +STATE +EFFECTIVE +PAUSED +READY +SOURCE +AGE\n` +
+		`orders +Paused +Stopped +3/3 +True +Override +\d+s\n` +
+		`payments +Running +\d+s\n$`
+	if !regexp.MustCompile(want).MatchString(out) {
+		t.Errorf("list -n %s:\n%s\nwant to match %s", a, out, want)
+	}
+
+	out = mustSucceed(t, "list", "-A").stdout
+	for _, row := range []string{`(?m)^NAMESPACE +NAME +STATE`, `(?m)^list-a +orders +Paused +Stopped`, `(?m)^list-a +payments +Running`, `(?m)^list-b +billing +Running`} {
+		if !regexp.MustCompile(row).MatchString(out) {
+			t.Errorf("list -A lacks %s:\n%s", row, out)
+		}
+	}
+
+	if r := subflow("list", "-n", empty); r.code != 0 || r.stdout != "" || r.stderr != "No resources found in list-empty namespace.\n" {
+		t.Errorf("empty namespace: %s", r)
+	}
+}
