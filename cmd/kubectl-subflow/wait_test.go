@@ -144,7 +144,10 @@ func TestWaitGoals(t *testing.T) {
 	paused := func(state subflowv1.FlowState) func(*subflowv1.SubscriptionFlow) {
 		return func(f *subflowv1.SubscriptionFlow) { pausedStatus(state)(f); f.Status.ObservedGeneration = 3 }
 	}
-	running := func(f *subflowv1.SubscriptionFlow) { runningStatus(metav1.ConditionTrue)(f); f.Status.ObservedGeneration = 3 }
+	running := func(f *subflowv1.SubscriptionFlow) {
+		runningStatus(metav1.ConditionTrue)(f)
+		f.Status.ObservedGeneration = 3
+	}
 	tests := []struct {
 		name   string
 		goal   string
