@@ -111,11 +111,14 @@ func (c *HTTPAgentClient) PutFlow(ctx context.Context, target AgentTarget, req p
 	return status, err
 }
 
-// DeleteFlow releases the flow's rule in the agent; an agent that never had it answers 404, which is fine.
+// DeleteFlow releases the flow's rule in the agent. An agent that does not hold it answers 404,
+// or 409 UIDMismatch when it holds a newer flow's rule under the same name: either way this
+// flow's rule is gone, which is what was asked.
 func (c *HTTPAgentClient) DeleteFlow(ctx context.Context, target AgentTarget, uid string) error {
 	err := c.do(ctx, http.MethodDelete, target.flowURL()+"?uid="+url.QueryEscape(uid), target.Token, nil, nil)
 	var agentErr *AgentError
-	if errors.As(err, &agentErr) && agentErr.Status == http.StatusNotFound {
+	if errors.As(err, &agentErr) && (agentErr.Status == http.StatusNotFound ||
+		(agentErr.Status == http.StatusConflict && agentErr.Reason == protocol.ReasonUIDMismatch)) {
 		return nil
 	}
 	return err

@@ -237,6 +237,4 @@ const (
 	// ReasonUIDMismatch (409): a DELETE named another UID than the rule's.
 	ReasonUIDMismatch = "UIDMismatch"
 	ReasonNotFound    = "NotFound"
-	// ReasonTooManyRequests (503): the agent refuses more concurrent connections.
-	ReasonTooManyRequests = "TooManyRequests"
 )
