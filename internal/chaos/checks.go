@@ -234,7 +234,7 @@ func (w *world) checkFlows() int {
 				if !ok || iv.state == protocol.Running || f.Time.Before(iv.from.Add(flowGrace)) {
 					continue
 				}
-				if iv.state == protocol.Paused && f.Permits == tc.group.grant() && w.reconnectBetween(g.subscription, iv.from.Add(-flowGrace), f.Time) {
+				if w.flowAllowed(g, iv, tc, f.Time, f.Permits) {
 					continue
 				}
 				w.violateAt("flow-permits", fmt.Sprintf("FLOW(%d) from %s on %s, %s after it became %s (grant %d)",
@@ -243,6 +243,28 @@ func (w *world) checkFlows() int {
 		}
 	}
 	return checked
+}
+
+// subscribeBound is how long a subscribe may take (the clients' operation timeout): a
+// consumer leaving Stopped subscribes, and sends its initial grant, before the agent records
+// the new state.
+const subscribeBound = 10 * time.Second
+
+// flowAllowed decides on a FLOW sent at t while the consumer was Paused or Stopped since
+// iv.from (plus flowGrace). A transition happens before its state is recorded, so the end of
+// the interval belongs to the next state: a resume may return permits in its last flowGrace,
+// and a stopped consumer sends its initial grant when it subscribes again. Otherwise only the
+// initial grant of a re-subscribe after a reconnect may come while paused.
+func (w *world) flowAllowed(g *group, iv interval, tc *trackedConsumer, t time.Time, permits uint32) bool {
+	ending := func(d time.Duration) bool { return !iv.to.IsZero() && !t.Before(iv.to.Add(-d)) }
+	switch iv.state {
+	case protocol.Stopped:
+		return permits == tc.group.grant() && ending(subscribeBound)
+	case protocol.Paused:
+		return ending(flowGrace) ||
+			(permits == tc.group.grant() && w.reconnectBetween(g.subscription, iv.from.Add(-flowGrace), t))
+	}
+	return true
 }
 
 // reconnectBetween reports a broker fault, or a reset of the subscription's cursor (which
