@@ -52,6 +52,10 @@ conformance: ## Run the agent's broker conformance tests (in-process pulsartest,
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport
 
+.PHONY: chaos
+chaos: ## Run a long seeded chaos run (SEED=n to replay; CHAOS_FLAGS for scale) and exit non-zero on any violation.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/chaos $(if $(SEED),-seed $(SEED)) $(CHAOS_FLAGS)
+
 .PHONY: demo
 demo: ## Run the scripted walk-through on a local control plane and test broker.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo
