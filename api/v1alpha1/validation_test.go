@@ -97,6 +97,23 @@ func TestAPIServerRefusesInvalidFlows(t *testing.T) {
 			"schedule minute field must use 0-59"},
 		{"cron hour out of range", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 24 * * 6" },
 			"schedule hour field must use 0-23"},
+		{"cron day of month out of range", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 2 0 * *" },
+			"schedule day-of-month field must use 1-31"},
+		{"cron month out of range", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 2 1 13 *" },
+			"schedule month field must use 1-12 or jan-dec"},
+		{"cron day of week 7", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 2 * * 7" },
+			"schedule day-of-week field must use 0-6 or sun-sat"},
+		{"cron step zero", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "*/0 2 * * *" },
+			"schedule minute field must use 0-59"},
+		{"30 February never fires", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 0 30 2 *" },
+			"schedule never fires"},
+		{"31 April never fires", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 0 31 4 *" },
+			"schedule never fires"},
+		{"31 in short months by name never fires", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 0 31 Feb,apr,JUN,9,11 ?" },
+			"schedule never fires"},
+		{"duration over a week", func(s *subflowv1.SubscriptionFlowSpec) {
+			s.MaintenanceWindows[0].Duration = metav1.Duration{Duration: 169 * time.Hour}
+		}, "duration must be at most 168h"},
 		{"unknown time zone", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].TimeZone = "Mars/Olympus_Mons" },
 			"timeZone must be a known IANA time zone name such as Europe/Berlin"},
 		{"zero duration", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Duration = metav1.Duration{} },
@@ -140,7 +157,11 @@ func TestAPIServerAcceptsValidFlowAndDefaults(t *testing.T) {
 	flow.Spec.DeletionPolicy = ""
 	flow.Spec.MaintenanceWindows = append(flow.Spec.MaintenanceWindows,
 		subflowv1.MaintenanceWindow{Schedule: "@daily", Duration: metav1.Duration{Duration: 90 * time.Minute}},
-		subflowv1.MaintenanceWindow{Schedule: "*/15 0-6 1,15 JAN-MAR mon-fri", Duration: metav1.Duration{Duration: time.Minute}})
+		subflowv1.MaintenanceWindow{Schedule: "*/15 0-6 1,15 JAN-MAR mon-fri", Duration: metav1.Duration{Duration: time.Minute}},
+		// Accepted: 29 February fires in leap years; 30 February ORed with Mondays fires on Mondays.
+		subflowv1.MaintenanceWindow{Schedule: "0 0 29 2 *", Duration: metav1.Duration{Duration: 168 * time.Hour}},
+		subflowv1.MaintenanceWindow{Schedule: "0 0 30 2 1", Duration: metav1.Duration{Duration: time.Hour}},
+		subflowv1.MaintenanceWindow{Schedule: "0 0 31 1,4 *", Duration: metav1.Duration{Duration: time.Hour}})
 	if err := k8s.Create(ctx, flow); err != nil {
 		t.Fatalf("valid flow refused: %v", err)
 	}
