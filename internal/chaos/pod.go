@@ -173,17 +173,30 @@ func (tc *trackedConsumer) application(ctx context.Context, env processEnv, useC
 	}
 }
 
-// checkStrictPause: the consumer was Paused or Stopped (since before.Since) when Receive was
-// called. Once any transition in progress has finished (Generation takes the transition
-// lock, and a transition records its state before releasing it), the state must have changed:
-// otherwise the message was handed over while the gate stayed closed.
+// checkStrictPause is called for a message Receive returned although the consumer was
+// Paused or Stopped (since before.Since) when Receive was called.
 func (tc *trackedConsumer) checkStrictPause(env processEnv, before protocol.ConsumerStatus, msg pulsar.Message) {
-	_ = tc.c.Generation()
-	after := tc.c.Status()
-	if after.State == before.State && after.Since.Equal(before.Since) {
+	if handedWhileGated(tc.c, before) {
 		env.onViolation("strict-pause", fmt.Sprintf("consumer %s (pod %s) handed over %q (id %v) while %s since %s",
 			tc.name, tc.pod, msg.Payload(), msg.ID(), before.State, before.Since.Format(time.RFC3339Nano)))
 	}
+}
+
+// gateView is what the strict-pause check reads of a consumer.
+type gateView interface {
+	Generation() int64 // takes the transition lock: returns once a transition in progress ended
+	Status() protocol.ConsumerStatus
+}
+
+// handedWhileGated reports whether a message that Receive returned was handed over while the
+// gate stayed closed: once any transition in progress has finished (a transition records its
+// state before it releases the lock), the state must differ from the one before Receive, or
+// at least have changed since. A transition opens the gate before it records Running, which is
+// why the check waits for it instead of comparing at once.
+func handedWhileGated(c gateView, before protocol.ConsumerStatus) bool {
+	_ = c.Generation()
+	after := c.Status()
+	return after.State == before.State && after.Since.Equal(before.Since)
 }
 
 // stop ends the process as an exit would: consumers closed (unacked messages return to the

@@ -1,0 +1,162 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+func TestBitsetPrefix(t *testing.T) {
+	var b bitset
+	if b.prefix() != 0 {
+		t.Fatal("empty set has prefix 0")
+	}
+	for i := range int64(130) {
+		b.add(i)
+	}
+	b.add(131)
+	if got := b.prefix(); got != 130 {
+		t.Fatalf("prefix = %d, want 130", got)
+	}
+	if !b.add(130) || b.add(130) {
+		t.Fatal("add reports whether the number was new")
+	}
+	if got := b.prefix(); got != 132 {
+		t.Fatalf("prefix = %d, want 132", got)
+	}
+}
+
+func TestPayloadRoundTrip(t *testing.T) {
+	topic, n, ok := parsePayload(payload("chaos-a", 12345))
+	if !ok || topic != "chaos-a" || n != 12345 {
+		t.Fatalf("got %q %d %v", topic, n, ok)
+	}
+	if _, _, ok := parsePayload([]byte("no separator")); ok {
+		t.Fatal("a foreign payload must not parse")
+	}
+}
+
+func TestSubscriptionOfResetPath(t *testing.T) {
+	got := subscriptionOfPath("/admin/v2/persistent/public/default/chaos-p-partition-1/subscription/failover/resetcursor")
+	if got != "failover" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// The same seed draws the same operations with the same parameters, whatever the world does.
+func TestSeedReproducesOperations(t *testing.T) {
+	draw := func(seed uint64) []int {
+		e := newEngine(nil, seed)
+		var seq []int
+		for range 300 {
+			k := drawKind(e.rng)
+			seq = append(seq, len(k), e.rng.IntN(5), e.rng.IntN(1<<20), e.rng.IntN(1<<20), int(e.rng.Float64()*1e6))
+		}
+		return seq
+	}
+	a, b, c := draw(42), draw(42), draw(43)
+	same := func(x, y []int) bool {
+		for i := range x {
+			if x[i] != y[i] {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(a, b) {
+		t.Fatal("seed 42 drew two different sequences")
+	}
+	if same(a, c) {
+		t.Fatal("seeds 42 and 43 drew the same sequence")
+	}
+	kinds := map[string]bool{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		kinds[drawKind(rng)] = true
+	}
+	if len(kinds) != len(weights) {
+		t.Fatalf("drew %d kinds of %d", len(kinds), len(weights))
+	}
+}
+
+// fakeGate is a consumer whose state changes, if at all, when its transition lock is taken.
+type fakeGate struct {
+	status protocol.ConsumerStatus
+	onLock func(*fakeGate)
+}
+
+func (f *fakeGate) Generation() int64 {
+	if f.onLock != nil {
+		f.onLock(f)
+	}
+	return 1
+}
+func (f *fakeGate) Status() protocol.ConsumerStatus { return f.status }
+
+func TestHandedWhileGated(t *testing.T) {
+	since := time.Now()
+	paused := protocol.ConsumerStatus{State: protocol.Paused, Since: since}
+	cases := []struct {
+		name   string
+		onLock func(*fakeGate)
+		want   bool
+	}{
+		{"still paused: a leak", nil, true},
+		{"resumed meanwhile", func(f *fakeGate) {
+			f.status = protocol.ConsumerStatus{State: protocol.Running, Since: since.Add(time.Millisecond)}
+		}, false},
+		{"resume recorded when the transition ends", func(f *fakeGate) { f.status.State, f.status.Since = protocol.Running, since.Add(time.Second) }, false},
+		{"resumed and paused again", func(f *fakeGate) { f.status.Since = since.Add(time.Second) }, false},
+	}
+	for _, tc := range cases {
+		f := &fakeGate{status: paused, onLock: tc.onLock}
+		if got := handedWhileGated(f, paused); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFlowAllowed(t *testing.T) {
+	w := &world{count: map[string]int{}}
+	g := &group{subscription: "s", consumer: consumerWithQueue(50)}
+	tc := &trackedConsumer{group: g}
+	t0 := time.Now()
+	open := interval{state: protocol.Paused, from: t0}
+	ended := interval{state: protocol.Paused, from: t0, to: t0.Add(10 * time.Second)}
+	stopped := interval{state: protocol.Stopped, from: t0, to: t0.Add(30 * time.Second)}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	cases := []struct {
+		name    string
+		iv      interval
+		t       time.Time
+		permits uint32
+		event   time.Duration // a broker fault at t0+event; negative means none
+		want    bool
+	}{
+		{"permit return while paused", open, at(5 * time.Second), 25, -1, false},
+		{"initial grant without a reconnect", open, at(5 * time.Second), 50, -1, false},
+		{"initial grant after a reconnect", open, at(5 * time.Second), 50, 4 * time.Second, true},
+		{"return after a reconnect", open, at(5 * time.Second), 25, 4 * time.Second, false},
+		{"return as the resume happens", ended, at(9 * time.Second), 25, -1, true},
+		{"grant while stopped", stopped, at(5 * time.Second), 50, -1, false},
+		{"grant of the subscribe leaving stopped", stopped, at(25 * time.Second), 50, -1, true},
+		{"return while stopped", stopped, at(29 * time.Second), 25, -1, false},
+	}
+	for _, c := range cases {
+		w.events = nil
+		if c.event >= 0 {
+			w.events = []time.Time{t0.Add(c.event)}
+		}
+		if got := w.flowAllowed(g, c.iv, tc, c.t, c.permits); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func consumerWithQueue(n int) pulsar.ConsumerOptions {
+	return pulsar.ConsumerOptions{ReceiverQueueSize: n}
+}
