@@ -28,9 +28,10 @@ func (b *Broker) adminHandler() http.Handler {
 	// partitioned-stats and partition metadata are answered by any broker.
 	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.partitionedStats)
 	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
+	mux.HandleFunc("POST "+topicPath+"/partitions", b.updatePartitions)
 	mux.HandleFunc("GET "+topicPath+"/partitions", b.partitionMetadata)
 	b.policyRoutes(mux, owned)
-	return mux
+	return b.authenticated(mux)
 }
 
 func fullFromPath(r *http.Request) string {
@@ -363,6 +364,7 @@ type subscriptionStatsJSON struct {
 	LastExpireTimestamp             int64               `json:"lastExpireTimestamp"`
 	UnackedMessages                 int64               `json:"unackedMessages"`
 	Type                            string              `json:"type"`
+	ActiveConsumerName              string              `json:"activeConsumerName,omitempty"`
 	IsDurable                       bool                `json:"isDurable"`
 	Consumers                       []consumerStatsJSON `json:"consumers"`
 }
@@ -421,9 +423,13 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 			ss.BacklogSize += t.sizeFrom(s.markDelete)
 			ss.TotalMsgExpired += s.expired
 			ss.LastExpireTimestamp = max(ss.LastExpireTimestamp, s.lastExpire)
-			if p := s.earliestPublishTime(); earliest && p > 0 {
+			if earliest {
+				p := s.earliestPublishTime()
 				ss.EarliestMsgPublishTimeInBacklog = earliestOf(ss.EarliestMsgPublishTimeInBacklog, p)
 				out.EarliestMsgPublishTimeInBacklogs = earliestOf(out.EarliestMsgPublishTimeInBacklogs, p)
+			}
+			if s.active != nil && !s.individualAck() {
+				ss.ActiveConsumerName = s.active.name
 			}
 			out.MsgOutCounter += s.dispatched
 			for _, c := range s.consumers {
@@ -445,12 +451,18 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 
 func subTypeName(k subType) string { return k.String() }
 
-// earliestOf keeps the earlier of two times where 0 means none.
+// earliestOf keeps the earlier of two publish times, where 0 means none
+// seen yet and -1 an empty backlog (as the broker reports it).
 func earliestOf(a, b int64) int64 {
-	if a == 0 || b < a {
+	switch {
+	case a == 0:
 		return b
+	case b == 0:
+		return a
+	case a > 0 && b > 0:
+		return min(a, b)
 	}
-	return a
+	return max(a, b) // a time beats -1
 }
 
 func (b *Broker) createPartitions(w http.ResponseWriter, r *http.Request) {
@@ -461,6 +473,37 @@ func (b *Broker) createPartitions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := b.CreatePartitionedTopic(fullFromPath(r), n); err != nil {
+		writeReason(w, http.StatusConflict, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// updatePartitions is PersistentTopicsBase.internalUpdatePartitionedTopicAsync
+// (POST .../partitions, body the new count): 406 unless positive, 409 when
+// the topic is not partitioned or would not grow, else 204.
+func (b *Broker) updatePartitions(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
+	switch {
+	case err != nil:
+		writeReason(w, http.StatusBadRequest, "body must be the number of partitions")
+		return
+	case n <= 0:
+		writeReason(w, http.StatusNotAcceptable, "Number of partitions should be more than 0")
+		return
+	}
+	full := fullFromPath(r)
+	old := b.partitionsOf(full)
+	switch {
+	case old == 0:
+		writeReason(w, http.StatusConflict, "Partitioned topic does not exist")
+		return
+	case n <= old:
+		writeReason(w, http.StatusConflict, "Number of new partitions must be greater than existing number of partitions")
+		return
+	}
+	if err := b.UpdatePartitionedTopic(full, n); err != nil {
 		writeReason(w, http.StatusConflict, err.Error())
 		return
 	}

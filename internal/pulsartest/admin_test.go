@@ -1,6 +1,7 @@
 package pulsartest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -234,5 +235,45 @@ func TestUpdatePartitionedTopicOnlyGrows(t *testing.T) {
 	}
 	if got := b.partitionsOf("persistent://public/default/grow"); got != 4 {
 		t.Fatalf("partitions = %d, want 4", got)
+	}
+}
+
+// POST .../partitions grows a partitioned topic as PersistentTopicsBase's
+// update does, and a client subscribed to it finds the new partition.
+func TestAdminUpdatePartitionedTopic(t *testing.T) {
+	b := Start(t)
+	url := b.AdminURL() + topicPath("upd") + "/partitions"
+	mustDo(t, http.MethodPost, url, "3", http.StatusConflict) // not partitioned
+	mustDo(t, http.MethodPut, url, "1", http.StatusNoContent)
+	c := newClient(t, b)
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "upd", SubscriptionName: "sub", AutoDiscoveryPeriod: 50 * time.Millisecond})
+	for _, bad := range []struct {
+		body string
+		code int
+	}{{"0", http.StatusNotAcceptable}, {"-2", http.StatusNotAcceptable}, {"1", http.StatusConflict}, {"x", http.StatusBadRequest}} {
+		mustDo(t, http.MethodPost, url, bad.body, bad.code)
+	}
+	if got := b.partitionsOf("persistent://public/default/upd"); got != 1 {
+		t.Fatalf("refused updates changed the topic: %d partitions", got)
+	}
+	mustDo(t, http.MethodPost, url, "2", http.StatusNoContent)
+	var meta struct{ Partitions int }
+	getJSON(t, url, &meta)
+	if meta.Partitions != 2 {
+		t.Fatalf("partition metadata after the update: %+v", meta)
+	}
+	// The consumer subscribes to the new partition; a message there reaches it.
+	deadline := time.Now().Add(waitFor)
+	for len(b.Subscription("persistent://public/default/upd-partition-1", "sub").Consumers) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer did not subscribe to the new partition")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "upd-partition-1"}), "new", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if m, err := cons.Receive(ctx); err != nil || string(m.Payload()) != "new-0" {
+		t.Fatalf("message on the new partition: %v %v", m, err)
 	}
 }

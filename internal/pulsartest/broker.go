@@ -80,6 +80,14 @@ type Options struct {
 	// default; negative means never (tests call the checks explicitly).
 	MessageExpiryCheckInterval time.Duration
 	BacklogQuotaCheckInterval  time.Duration
+
+	// AdminToken, when set, secures the admin API: a call needs
+	// "Authorization: Bearer <token>" (401 otherwise). AdminToken is the
+	// application's role, with produce and consume rights; it gets 403 on
+	// policies (message TTL, backlog quotas) and partition changes, which
+	// need tenant admin rights. AdminSuperToken is a superuser's.
+	AdminToken      string
+	AdminSuperToken string
 }
 
 // withDefaults resolves zero values to the 4.x defaults.

@@ -135,8 +135,18 @@
 //     backlogQuotaMap (GET); the same under /admin/v2/persistent/{t}/{ns}/
 //     {topic}/ (POST messageTTL?messageTTL=N; GET ?applied=true). An unset
 //     Integer answers 204. Topic stats add backlogSize, and per subscription
-//     backlogSize, totalMsgExpired, lastExpireTimestamp and, with
-//     getEarliestTimeInBacklog=true, earliestMsgPublishTimeInBacklog.
+//     backlogSize, totalMsgExpired, lastExpireTimestamp, activeConsumerName
+//     (Exclusive, Failover) and, with getEarliestTimeInBacklog=true,
+//     earliestMsgPublishTimeInBacklog: the entry timestamp
+//     (Commands.getEntryTimestamp, the broker's) of the first unacknowledged
+//     entry, the time TTL compares, or -1 for an empty backlog.
+//
+// Partitioned topics are created with PUT .../partitions and grown with POST
+// .../partitions (406 unless positive, 409 unless it grows). With
+// Options.AdminToken the admin API authenticates bearer tokens (401 first,
+// even before a redirect) and keeps policies and partition changes for
+// tenant admins (403 to the application's role), as PulsarAuthorizationProvider
+// does; without it the API is open.
 //
 // GetLastMessageId on a topic without entries answers entry id -1 with the
 // current ledger's id (ManagedLedgerImpl sets lastConfirmedEntry to
@@ -146,7 +156,7 @@
 // Not modelled: schemas, transactions, chunking, compression-aware key
 // routing, batch-index acks (a partially acked batch stays unacked until the
 // client acks the whole entry), delayed delivery, non-persistent topics,
-// authentication, topic watchers, the HTTP lookup service, namespace bundles
+// binary-protocol authentication, topic watchers, the HTTP lookup service, namespace bundles
 // and load balancing, retention size/time limits and ledger trimming.
 //
 // Regenerate the protocol subset with `go generate ./internal/pulsartest/...`.

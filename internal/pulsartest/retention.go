@@ -320,12 +320,14 @@ func (t *topic) ledgerOf(off int) *ledgerInfo {
 	return &t.ledgers[i]
 }
 
-// earliestPublishTime is the publish time of the first message after the
-// mark-delete position, 0 when the backlog is empty
-// (PersistentSubscription.getEarliestMessagePublishTimeInBacklog).
+// earliestPublishTime is earliestMsgPublishTimeInBacklog: the entry
+// timestamp (Commands.getEntryTimestamp: the broker timestamp, else the
+// publish time) of the first entry after the mark-delete position, -1 when
+// the backlog is empty (PersistentSubscription.getStatsAsync). It is the
+// time message TTL compares, so time + TTL is when the entry may expire.
 func (s *subscription) earliestPublishTime() int64 {
-	if s.markDelete >= len(s.t.entries) {
-		return 0
+	if s.backlog() == 0 {
+		return -1
 	}
-	return s.t.entries[s.markDelete].publishTime
+	return s.t.entryTime(s.t.entries[s.markDelete])
 }
