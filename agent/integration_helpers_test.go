@@ -420,22 +420,19 @@ func (e *env) createPartitioned(t testing.TB, topic string, partitions int) {
 	e.adminJSON(t, http.MethodPut, path+"/partitions", strconv.Itoa(partitions), nil)
 }
 
-// updatePartitions grows a partitioned topic (admin POST .../partitions; the in-process broker
-// does it directly).
+// updatePartitions grows a partitioned topic through the admin API (POST .../partitions), as an
+// operator would, on any broker.
 func (e *env) updatePartitions(t testing.TB, topic string, partitions int) {
 	t.Helper()
-	if e.local != nil {
-		if err := e.local.UpdatePartitionedTopic(topic, partitions); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
 	path, err := topicPath(topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status := e.admin(t, http.MethodPost, path+"/partitions", strconv.Itoa(partitions), nil); status == http.StatusMethodNotAllowed {
+	switch status := e.admin(t, http.MethodPost, path+"/partitions", strconv.Itoa(partitions), nil); {
+	case status == http.StatusMethodNotAllowed:
 		t.Skip("the broker does not update partitioned topics through the admin API (POST .../partitions answered 405)")
+	case status/100 != 2:
+		t.Fatalf("update %s to %d partitions: HTTP %d", topic, partitions, status)
 	}
 }
 
