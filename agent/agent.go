@@ -29,8 +29,13 @@ type Options struct {
 	AdminAuth func(*http.Request) error
 	// AdminRedirectHosts lists the hosts, besides the AdminURL's host and its subdomains, to
 	// which admin calls follow a broker's redirect (307 to the topic's owner) with AdminAuth
-	// applied again: exact host names or IPs, or "*.example.com" for subdomains. A redirect
-	// elsewhere, or from https to http, fails the call instead.
+	// applied again: exact host names or IPs, or "*.example.com" for subdomains. Ports do not
+	// matter (as for net/http's own rule): brokers sharing a host on other ports are trusted.
+	// A redirect elsewhere, or from https to http, fails the call instead. A broker redirects to
+	// the owner's advertised address: with the Helm chart's layout (AdminURL
+	// http://pulsar-broker.pulsar.svc.cluster.local:8080, brokers advertising
+	// pulsar-broker-N.pulsar-broker.pulsar.svc.cluster.local) no entry is needed; an AdminURL
+	// with a short name ("pulsar-broker") or brokers advertising IPs need one.
 	AdminRedirectHosts []string
 	// Logger receives structured logs; the zero value discards them.
 	Logger logr.Logger
