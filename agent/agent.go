@@ -48,6 +48,9 @@ type Options struct {
 	SyncTimeout time.Duration
 	// FallbackState applies when SyncTimeout passes unsynced; empty means Running.
 	FallbackState protocol.State
+	// BacklogRefresh is how often WatchBacklog reads a subscription's backlog again; zero
+	// means DefaultBacklogRefresh.
+	BacklogRefresh time.Duration
 }
 
 // Agent creates gated consumers and holds the agent-wide start-up gate.
@@ -63,6 +66,8 @@ type Agent struct {
 	syncState  protocol.State // the start-up gate's wish: Paused while unsynced, then Running
 	synced     bool
 	syncTimer  *time.Timer
+	watches    map[backlogKey]*backlogWatch // subscriptions whose backlog is read in the background
+	closed     bool
 	closedOnce sync.Once
 }
 
@@ -70,6 +75,9 @@ type Agent struct {
 func New(opts Options) (*Agent, error) {
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = DefaultSyncTimeout
+	}
+	if opts.BacklogRefresh <= 0 {
+		opts.BacklogRefresh = DefaultBacklogRefresh
 	}
 	if opts.FallbackState == "" {
 		opts.FallbackState = protocol.Running
@@ -151,12 +159,17 @@ func (a *Agent) Synced() bool {
 	return a.synced
 }
 
-// Close stops the sync timer. Consumers are closed by the application.
+// Close stops the sync timer and the background backlog reads. Consumers are closed by the
+// application.
 func (a *Agent) Close() {
 	a.closedOnce.Do(func() {
 		if a.syncTimer != nil {
 			a.syncTimer.Stop()
 		}
+		a.mu.Lock()
+		a.closed = true
+		a.mu.Unlock()
+		a.stopWatches()
 	})
 }
 

@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// DefaultBacklogRefresh is how often a watched subscription's backlog is read again.
+const DefaultBacklogRefresh = 30 * time.Second
+
+// backlogReadTimeout bounds one whole read (every partition) of a subscription's backlog.
+const backlogReadTimeout = 10 * time.Second
+
+// Backlog reads, through the admin API with the application's credentials, the subscription's
+// backlog on the topic (one entry per partition of a partitioned topic) and the retention
+// policies that may delete it while nobody consumes: the effective message TTL and backlog
+// quotas. It never fails: what cannot be read (no admin URL, credentials refused, topic or
+// subscription missing, broker unreachable) comes back as an entry whose Unknown says why.
+//
+// Rights needed with Pulsar's default authorization provider: partition metadata and topic
+// stats need lookup (produce or consume) permission on the topic; the applied message TTL and
+// backlog quotas are topic policies, which need tenant admin rights. An application with
+// consume rights only gets Unknown, naming the refused read.
+func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
+	now := time.Now()
+	if a.admin == nil {
+		return []protocol.BacklogStatus{unknownBacklog(topic, now, "the agent has no admin URL (Options.AdminURL)")}
+	}
+	return a.admin.backlog(ctx, topic, subscription, now)
+}
+
+func unknownBacklog(topic string, at time.Time, why string) protocol.BacklogStatus {
+	return protocol.BacklogStatus{Topic: topic, ReadAt: at, Unknown: why}
+}
+
+// retention is what may delete a subscription's backlog: the applied message TTL and quotas.
+type retention struct {
+	ttlSeconds *int64
+	quotas     []protocol.BacklogQuota
+}
+
+func (a *adminClient) backlog(ctx context.Context, topic, subscription string, now time.Time) []protocol.BacklogStatus {
+	full, err := fullTopicName(topic)
+	if err != nil {
+		return []protocol.BacklogStatus{unknownBacklog(topic, now, err.Error())}
+	}
+	topics, err := a.partitionNames(ctx, full)
+	if err != nil {
+		return []protocol.BacklogStatus{unknownBacklog(full, now, unknownReason("partition metadata", err))}
+	}
+	ret, err := a.retention(ctx, full)
+	out := make([]protocol.BacklogStatus, 0, len(topics))
+	for _, t := range topics {
+		if err != nil {
+			out = append(out, unknownBacklog(t, now, unknownReason("retention policies", err)))
+			continue
+		}
+		out = append(out, a.partitionBacklog(ctx, t, subscription, ret, now))
+	}
+	return out
+}
+
+// partitionBacklog reads one topic's (partition's) stats for the subscription.
+func (a *adminClient) partitionBacklog(ctx context.Context, topic, subscription string, ret retention, now time.Time) protocol.BacklogStatus {
+	base, err := topicPath(topic)
+	if err != nil {
+		return unknownBacklog(topic, now, err.Error())
+	}
+	var stats struct {
+		Subscriptions map[string]struct {
+			MsgBacklog  int64 `json:"msgBacklog"`
+			BacklogSize int64 `json:"backlogSize"`
+			// The entry timestamp (the broker's when it stamps entries, else the publish time)
+			// of the first unacknowledged entry: what message TTL compares; -1 when empty.
+			EarliestMsgPublishTimeInBacklog int64 `json:"earliestMsgPublishTimeInBacklog"`
+		} `json:"subscriptions"`
+	}
+	if _, err := a.call(ctx, http.MethodGet, base+"/stats?getEarliestTimeInBacklog=true", nil, &stats); err != nil {
+		return unknownBacklog(topic, now, unknownReason("topic stats", err))
+	}
+	sub, ok := stats.Subscriptions[subscription]
+	if !ok {
+		return unknownBacklog(topic, now, fmt.Sprintf("subscription %q does not exist on the topic", subscription))
+	}
+	st := protocol.BacklogStatus{
+		Topic: topic, Messages: sub.MsgBacklog, Bytes: sub.BacklogSize, ReadAt: now,
+		MessageTTLSeconds: ret.ttlSeconds, Quotas: ret.quotas,
+	}
+	if ms := sub.EarliestMsgPublishTimeInBacklog; ms > 0 && sub.MsgBacklog > 0 {
+		t := time.UnixMilli(ms).UTC()
+		st.OldestPublishTime = &t
+	}
+	return st
+}
+
+// partitionNames lists the partitions of a partitioned topic, or the topic itself.
+func (a *adminClient) partitionNames(ctx context.Context, full string) ([]string, error) {
+	base, err := topicPath(full)
+	if err != nil {
+		return nil, err
+	}
+	var meta struct {
+		Partitions int `json:"partitions"`
+	}
+	if _, err := a.call(ctx, http.MethodGet, base+"/partitions", nil, &meta); err != nil {
+		return nil, err
+	}
+	if meta.Partitions <= 0 {
+		return []string{full}, nil
+	}
+	names := make([]string, meta.Partitions)
+	for i := range names {
+		names[i] = full + "-partition-" + strconv.Itoa(i)
+	}
+	return names, nil
+}
+
+// retention reads the topic's applied message TTL and backlog quotas. The partitions of a
+// partitioned topic share its policies, so they are read once, on the topic's own name.
+func (a *adminClient) retention(ctx context.Context, full string) (retention, error) {
+	base, err := topicPath(full)
+	if err != nil {
+		return retention{}, err
+	}
+	var ret retention
+	raw, err := a.callOptional(ctx, base+"/messageTTL?applied=true")
+	if err != nil {
+		return retention{}, err
+	}
+	if raw != "" && raw != "null" {
+		ttl, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return retention{}, fmt.Errorf("agent: admin messageTTL answered %q", raw)
+		}
+		if ttl > 0 {
+			ret.ttlSeconds = &ttl
+		}
+	}
+	var quotas map[string]struct {
+		Limit     *int64 `json:"limit"` // deprecated spelling of limitSize, from older brokers
+		LimitSize *int64 `json:"limitSize"`
+		LimitTime int64  `json:"limitTime"`
+		Policy    string `json:"policy"`
+	}
+	if _, err := a.call(ctx, http.MethodGet, base+"/backlogQuotaMap?applied=true", nil, &quotas); err != nil {
+		return retention{}, err
+	}
+	for kind, q := range quotas {
+		size := q.LimitSize
+		if size == nil {
+			size = q.Limit
+		}
+		bq := protocol.BacklogQuota{Type: kind, LimitSeconds: max(q.LimitTime, 0), Policy: q.Policy}
+		if size != nil {
+			bq.LimitBytes = max(*size, 0)
+		}
+		if bq.LimitBytes > 0 || bq.LimitSeconds > 0 {
+			ret.quotas = append(ret.quotas, bq)
+		}
+	}
+	slices.SortFunc(ret.quotas, func(x, y protocol.BacklogQuota) int { return strings.Compare(x.Type, y.Type) })
+	return ret, nil
+}
+
+// callOptional GETs an optional JSON scalar: "" when the broker answers 204 or nothing.
+func (a *adminClient) callOptional(ctx context.Context, path string) (string, error) {
+	resp, err := a.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return "", &adminError{Status: resp.StatusCode, Path: path, Reason: reasonOf(resp.Body)}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	return strings.TrimSpace(string(b)), err
+}
+
+// unknownReason explains a failed read in terms of what an operator can change.
+func unknownReason(what string, err error) string {
+	var ae *adminError
+	if !errors.As(err, &ae) {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return fmt.Sprintf("admin API unreachable reading %s: %v", what, ue.Err)
+		}
+		return fmt.Sprintf("reading %s: %v", what, err)
+	}
+	switch ae.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		need := "lookup (produce or consume) permission on the topic"
+		if what == "retention policies" {
+			need = "tenant admin rights (message TTL and backlog quotas are topic policies)"
+		}
+		return fmt.Sprintf("the admin API refused the application's credentials reading %s (HTTP %d: %s); it needs %s", what, ae.Status, ae.Reason, need)
+	case http.StatusNotFound:
+		return fmt.Sprintf("not found reading %s (HTTP 404: %s)", what, ae.Reason)
+	case http.StatusMethodNotAllowed:
+		return fmt.Sprintf("the broker does not serve %s (HTTP 405: %s); topic-level policies may be disabled (topicLevelPoliciesEnabled)", what, ae.Reason)
+	}
+	return fmt.Sprintf("reading %s: HTTP %d: %s", what, ae.Status, ae.Reason)
+}
+
+// fullTopicName is persistent://tenant/namespace/topic for a short or full name.
+func fullTopicName(topic string) (string, error) {
+	path, err := topicPath(topic)
+	if err != nil {
+		return "", err
+	}
+	rest, _ := strings.CutPrefix(path, "/admin/v2/persistent/")
+	parts := strings.Split(rest, "/")
+	for i, p := range parts {
+		parts[i], _ = url.PathUnescape(p)
+	}
+	return "persistent://" + strings.Join(parts, "/"), nil
+}
