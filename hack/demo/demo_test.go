@@ -40,14 +40,15 @@ func TestInteractiveKeepsProducingAndStopsWithGoRun(t *testing.T) {
 			lines <- scan.Text()
 		}
 	}()
-	interactive, counts := false, []int{}
+	interactive, counts, seen := false, []int{}, []string{}
 	deadline := time.After(5 * time.Minute)
 	for len(counts) < 3 {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatal("the demo ended before producing in interactive mode")
+				t.Fatalf("the demo ended before producing in interactive mode:\n%s", strings.Join(seen, "\n"))
 			}
+			seen = append(seen[max(0, len(seen)-30):], line)
 			interactive = interactive || strings.Contains(line, "Press Ctrl-C")
 			if m := produced.FindStringSubmatch(line); interactive && m != nil {
 				n, _ := strconv.Atoi(m[1])
