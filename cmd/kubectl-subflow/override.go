@@ -80,7 +80,7 @@ func (p *plugin) clearCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := p.patchAnnotations(cmd, name, overrideAnnotations("", nil, "")); err != nil {
+			if _, err := p.patchAnnotations(cmd, name, overrideAnnotations("", nil, "")); err != nil {
 				return err
 			}
 			fmt.Fprintf(p.stdout, "%s/%s override cleared: spec.state and maintenance windows decide\n", resourceName, name)
@@ -111,14 +111,15 @@ func checkReason(reason string) error {
 }
 
 func (p *plugin) setOverride(cmd *cobra.Command, name string, state subflowv1.FlowState, until *time.Time, reason string) error {
-	if err := p.patchAnnotations(cmd, name, overrideAnnotations(state, until, reason)); err != nil {
+	namespace, err := p.patchAnnotations(cmd, name, overrideAnnotations(state, until, reason))
+	if err != nil {
 		return err
 	}
 	line := fmt.Sprintf("%s/%s %s", resourceName, name, pastTense[state])
 	if until != nil {
 		line += " until " + until.Format(time.RFC3339)
 	} else {
-		line += " until cleared (kubectl subflow clear " + name + ")"
+		line += fmt.Sprintf(" until cleared (kubectl subflow clear %s -n %s)", name, namespace)
 	}
 	if reason != "" {
 		line += fmt.Sprintf(" (reason: %s)", reason)
@@ -151,15 +152,16 @@ func overrideAnnotations(state subflowv1.FlowState, until *time.Time, reason str
 
 // patchAnnotations changes only the given annotations, in one JSON merge patch, so nothing
 // else on the object (spec, other annotations) can be overwritten by a stale copy.
-func (p *plugin) patchAnnotations(cmd *cobra.Command, name string, annotations map[string]any) error {
+// It returns the namespace the flow is in.
+func (p *plugin) patchAnnotations(cmd *cobra.Command, name string, annotations map[string]any) (string, error) {
 	c, namespace, err := p.connect()
 	if err != nil {
-		return err
+		return "", err
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
-		return err
+		return "", err
 	}
 	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-	return c.Patch(cmd.Context(), flow, client.RawPatch(types.MergePatchType, body))
+	return namespace, c.Patch(cmd.Context(), flow, client.RawPatch(types.MergePatchType, body))
 }

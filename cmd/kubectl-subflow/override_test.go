@@ -63,7 +63,7 @@ func TestOverrideReplacesEarlierOneAndClearRemovesIt(t *testing.T) {
 			map[string]string{subflowv1.OverrideStateAnnotation: "Paused", subflowv1.OverrideReasonAnnotation: "INC-1"}, true, "paused until "},
 		{[]string{"stop", "orders"},
 			map[string]string{subflowv1.OverrideStateAnnotation: "Stopped"}, false,
-			"subscriptionflow.subflow.dev/orders stopped until cleared (kubectl subflow clear orders)\n"},
+			"subscriptionflow.subflow.dev/orders stopped until cleared (kubectl subflow clear orders -n override-sequence)\n"},
 		{[]string{"resume", "orders", "--for", "1h"},
 			map[string]string{subflowv1.OverrideStateAnnotation: "Running"}, true, "resumed until "},
 		{[]string{"clear", "orders"}, map[string]string{}, false,

@@ -142,8 +142,9 @@ func (p *plugin) requestSeek(cmd *cobra.Command, name string, seek *subflowv1.Se
 	}
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": flow.ResourceVersion},
-		// Explicit nulls: a merge patch would otherwise keep the other form from an earlier seek.
-		"spec": map[string]any{"seek": map[string]any{"id": seek.ID, "index": seek.Index, "partitions": nilIfEmpty(seek.Partitions)}},
+		// The unused form is sent as null (nil marshals so): a merge patch would otherwise keep
+		// it from an earlier seek, and the API server refuses index and partitions together.
+		"spec": map[string]any{"seek": map[string]any{"id": seek.ID, "index": seek.Index, "partitions": seek.Partitions}},
 	})
 	if err != nil {
 		return err
@@ -151,16 +152,9 @@ func (p *plugin) requestSeek(cmd *cobra.Command, name string, seek *subflowv1.Se
 	if err := c.Patch(cmd.Context(), &flow, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
-	fmt.Fprintf(p.stdout, "%s/%s seek requested: id %s, %s (follow it with: kubectl subflow status %s)\n",
-		resourceName, name, seek.ID, describeTargets(seek), name)
+	fmt.Fprintf(p.stdout, "%s/%s seek requested: id %s, %s (follow it with: kubectl subflow status %s -n %s)\n",
+		resourceName, name, seek.ID, describeTargets(seek), name, namespace)
 	return nil
-}
-
-func nilIfEmpty(partitions []subflowv1.PartitionIndex) any {
-	if len(partitions) == 0 {
-		return nil
-	}
-	return partitions
 }
 
 func describeTargets(seek *subflowv1.SeekSpec) string {

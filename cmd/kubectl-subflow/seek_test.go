@@ -22,7 +22,7 @@ func TestSeekByIndexGeneratesAnID(t *testing.T) {
 	if !regexp.MustCompile(`^seek-\d{8}-\d{6}-[0-9a-f]{6}$`).MatchString(seek.ID) {
 		t.Errorf("generated id %q", seek.ID)
 	}
-	want := "subscriptionflow.subflow.dev/orders seek requested: id " + seek.ID + ", index 120034 (follow it with: kubectl subflow status orders)\n"
+	want := "subscriptionflow.subflow.dev/orders seek requested: id " + seek.ID + ", index 120034 (follow it with: kubectl subflow status orders -n seek-index)\n"
 	if r.stdout != want {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
