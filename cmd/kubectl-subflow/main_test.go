@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
@@ -28,8 +29,9 @@ import (
 // controller, so tests write status themselves where a command reads it.
 
 var (
-	kubeconfig string        // admin kubeconfig; its current context's namespace is contextNS
-	k8s        client.Client // the tests' own view of the API server
+	kubeconfig       string        // admin kubeconfig; its current context's namespace is contextNS
+	viewerKubeconfig string        // user "viewer", who has no RBAC rights unless a test grants them
+	k8s              client.Client // the tests' own view of the API server
 )
 
 const (
@@ -57,6 +59,16 @@ func runTests(m *testing.M) int {
 	defer func() { _ = os.RemoveAll(dir) }()
 	kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := writeKubeconfig(kubeconfig, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	viewer, err := env.AddUser(envtest.User{Name: "viewer"}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	viewerKubeconfig = filepath.Join(dir, "viewer-kubeconfig")
+	if err := writeKubeconfig(viewerKubeconfig, viewer.Config()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -172,4 +178,57 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	if after := getFlow(t, ns, "orders"); after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("refused input changed the flow: resourceVersion %s -> %s", before.ResourceVersion, after.ResourceVersion)
 	}
+}
+
+// An on-call engineer with read rights only can look but not change: the API server's refusal
+// is shown as kubectl shows it, and the flow stays as it was.
+func TestReadOnlyUserIsRefusedLikeKubectl(t *testing.T) {
+	ns := namespace(t, "read-only")
+	newFlow(t, ns, "orders", nil)
+	grantRead(t, "viewer")
+	before := getFlow(t, ns, "orders")
+	asViewer := func(args ...string) result {
+		var stdout, stderr bytes.Buffer
+		code := run(append(args, "-n", ns, "--kubeconfig", viewerKubeconfig), &stdout, &stderr)
+		return result{stdout.String(), stderr.String(), code}
+	}
+
+	if r := asViewer("status", "orders"); r.code != 0 || !strings.Contains(r.stdout, "Name:            orders\n") {
+		t.Errorf("status as viewer: %s", r)
+	}
+	want := `Error from server (Forbidden): subscriptionflows.subflow.dev "orders" is forbidden: User "viewer" cannot patch resource "subscriptionflows" in API group "subflow.dev" in the namespace "read-only"` + "\n"
+	for _, args := range [][]string{{"pause", "orders"}, {"clear", "orders"}, {"seek", "orders", "--index", "1"}} {
+		if r := asViewer(args...); r.code != 1 || r.stderr != want {
+			t.Errorf("%v as viewer: %s, want stderr %q", args, r, want)
+		}
+	}
+	if after := getFlow(t, ns, "orders"); after.ResourceVersion != before.ResourceVersion {
+		t.Error("a refused change changed the flow")
+	}
+}
+
+// grantRead lets user get, list and watch SubscriptionFlows everywhere.
+func grantRead(t *testing.T, user string) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "subflow-viewer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{subflowv1.GroupVersion.Group}, Resources: []string{"subscriptionflows"},
+			Verbs: []string{"get", "list", "watch"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "subflow-viewer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// RBAC takes effect asynchronously in the API server's authorizer cache.
+	eventually(t, "the viewer can read flows", 10*time.Second, func() bool {
+		var stdout, stderr bytes.Buffer
+		return run([]string{"list", "-A", "--kubeconfig", viewerKubeconfig}, &stdout, &stderr) == 0
+	})
 }
