@@ -63,8 +63,9 @@ demo: ## Run the scripted walk-through on a local control plane and test broker.
 ##@ Build
 
 .PHONY: build
-build: ## Build the controller binary into bin/.
+build: ## Build the controller and the kubectl plugin into bin/.
 	$(GO) build -o bin/subflow .
+	$(GO) build -o bin/kubectl-subflow ./cmd/kubectl-subflow
 
 .PHONY: run
 run: ## Run the controller against the cluster in ~/.kube/config.
