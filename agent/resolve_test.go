@@ -184,13 +184,18 @@ func TestTopicPath(t *testing.T) {
 	}
 }
 
-// BenchmarkSeekProbes resolves indexes on computed topics of 10^6 and 10^7 entries served by
-// a fake admin server over real HTTP (the test broker would have to store them all).
+// BenchmarkSeekProbes measures seeks by index on topics of 10^6 and 10^7 entries, side by
+// side: pip415 and binarySearch time the index resolution alone, on computed topics served by
+// a fake admin server over real HTTP; wholeSeek-pip415 and wholeSeek-binarySearch time the
+// whole seek through pulsartest holding every entry (benchmarkWholeSeek).
 func BenchmarkSeekProbes(b *testing.B) {
 	for _, entries := range []int64{1_000_000, 10_000_000} {
 		for _, mode := range []string{"pip415", "binarySearch"} {
+			b.Run(fmt.Sprintf("entries=%d/wholeSeek-%s", entries, mode), func(b *testing.B) {
+				benchmarkWholeSeek(b, entries, mode == "pip415")
+			})
 			b.Run(fmt.Sprintf("entries=%d/%s", entries, mode), func(b *testing.B) {
-				tp := arithTopic{firstLedger: 100, perLedger: 50_000, entries: entries, batch: 4, noLookup: mode == "binarySearch"}
+				tp := arithTopic{firstLedger: 100, perLedger: 50_000, entries: entries, batch: seekBatch, noLookup: mode == "binarySearch"}
 				src := &countingSource{indexSource: tp.source(b)}
 				ctx := context.Background()
 				b.ResetTimer()
