@@ -201,13 +201,15 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opControllerKill:
 		return e.killController()
 	case opBrokerDrop:
-		e.w.broker.DropConnections()
+		e.w.producers.aroundFault(e.w.broker.DropConnections)
 		e.w.reconnectEvent()
 		return "all connections", nil
 	case opTopicUnload:
 		topic := producedTopics[a%len(producedTopics)]
 		e.w.reconnectEvent()
-		return topic, e.w.broker.UnloadTopic(topicRoot + topic)
+		var err error
+		e.w.producers.aroundFault(func() { err = e.w.broker.UnloadTopic(topicRoot + topic) })
+		return topic, err
 	case opAdminFault:
 		span := 1 + b%faultSpanOps
 		var detail string

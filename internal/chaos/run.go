@@ -108,8 +108,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runPhases(ctx context.Context, w *world, e *engine, rep *Report) error {
 	cfg := w.cfg
 	prodCtx, stopProducer := context.WithCancel(ctx)
-	defer stopProducer()
 	producerDone := w.produce(prodCtx, cfg.Messages, cfg.Duration)
+	defer func() {
+		stopProducer()
+		_ = producerDone() // idempotent: waits for the producer goroutines
+		w.producers.closeAll()
+	}()
 	if err := w.awaitTopics(ctx); err != nil {
 		return err
 	}

@@ -57,17 +57,18 @@ var producedTopics = []string{"chaos-a", "chaos-p", "chaos-r-0", "chaos-r-1", "c
 
 // world is everything the run drives.
 type world struct {
-	cfg    Config
-	env    *envtest.Environment
-	k8s    client.Client
-	broker *pulsartest.Broker
-	clock  *shiftClock
-	ctrls  *controllerSet
-	groups []*group
-	ledger *ledger
-	faults adminFaults
-	mon    *monitor
-	start  time.Time
+	cfg       Config
+	env       *envtest.Environment
+	k8s       client.Client
+	broker    *pulsartest.Broker
+	clock     *shiftClock
+	ctrls     *controllerSet
+	groups    []*group
+	ledger    *ledger
+	faults    adminFaults
+	mon       *monitor
+	producers producers
+	start     time.Time
 
 	instances atomic.Int64
 	podSerial int
@@ -282,8 +283,9 @@ func (w *world) mergePatch(ctx context.Context, obj client.Object, patch map[str
 	return w.k8s.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", data))
 }
 
-// producer writes numbered messages to every topic, paced to spread them over the run, and
-// retries a failed send with the same number until it is stored.
+// produce writes numbered messages to every topic, paced to spread them over the run, and
+// retries a failed send with the same number until it is stored. wait may be called more
+// than once.
 func (w *world) produce(ctx context.Context, total int, over time.Duration) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(producedTopics))
@@ -300,7 +302,7 @@ func (w *world) produce(ctx context.Context, total int, over time.Duration) (wai
 			}
 		}()
 	}
-	return func() error {
+	return sync.OnceValue(func() error {
 		wg.Wait()
 		close(errs)
 		var all []error
@@ -308,22 +310,10 @@ func (w *world) produce(ctx context.Context, total int, over time.Duration) (wai
 			all = append(all, err)
 		}
 		return errors.Join(all...)
-	}
+	})
 }
 
 func (w *world) produceTopic(ctx context.Context, topic string, n int64, over time.Duration) error {
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.broker.ServiceURL(), Logger: nopLogger()})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	opts := pulsar.ProducerOptions{Topic: topicRoot + topic, DisableBatching: topic != "chaos-a" && topic != "chaos-p",
-		BatchingMaxPublishDelay: 5 * time.Millisecond, SendTimeout: 5 * time.Second}
-	producer, err := c.CreateProducer(opts)
-	if err != nil {
-		return err
-	}
-	defer producer.Close()
 	start := time.Now()
 	for i := int64(0); i < n; i++ {
 		if due := start.Add(time.Duration(float64(over) * float64(i) / float64(n))); time.Until(due) > 0 {
@@ -334,16 +324,81 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 			}
 		}
 		msg := &pulsar.ProducerMessage{Payload: payload(topic, i), Key: fmt.Sprintf("k%d", i%16)}
-		for {
-			if _, err := producer.Send(ctx, msg); err == nil {
-				break
-			} else if ctx.Err() != nil {
+		for w.producers.send(ctx, w.broker.ServiceURL(), topic, msg) != nil {
+			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
 		w.ledger.setProduced(topic, i+1)
 	}
 	return nil
+}
+
+// producers write the numbered messages. They are the harness, not the system under test, and
+// pulsar-client-go v0.19 races when a producer reconnects while it sends (grabCnx writes
+// producerName and the encryptor that the events loop reads; go test -race reports it), so a
+// broker fault first closes them, with no send in flight, and they are created again after it.
+type producers struct {
+	gate   sync.RWMutex // held for reading by each send, for writing around a broker fault
+	mu     sync.Mutex
+	client pulsar.Client
+	byName map[string]pulsar.Producer
+}
+
+func (ps *producers) send(ctx context.Context, serviceURL, topic string, msg *pulsar.ProducerMessage) error {
+	ps.gate.RLock()
+	defer ps.gate.RUnlock()
+	p, err := ps.producer(serviceURL, topic)
+	if err != nil {
+		return err
+	}
+	_, err = p.Send(ctx, msg)
+	return err
+}
+
+func (ps *producers) producer(serviceURL, topic string) (pulsar.Producer, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.byName[topic]; p != nil {
+		return p, nil
+	}
+	if ps.client == nil {
+		c, err := pulsar.NewClient(pulsar.ClientOptions{URL: serviceURL, Logger: nopLogger()})
+		if err != nil {
+			return nil, err
+		}
+		ps.client, ps.byName = c, map[string]pulsar.Producer{}
+	}
+	// Batching on the topics without a zero-queue consumer: seeks then land inside batches.
+	p, err := ps.client.CreateProducer(pulsar.ProducerOptions{Topic: topicRoot + topic,
+		DisableBatching: topic != "chaos-a" && topic != "chaos-p", BatchingMaxPublishDelay: 5 * time.Millisecond,
+		SendTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	ps.byName[topic] = p
+	return p, nil
+}
+
+// aroundFault closes every producer while no send is in flight, applies the fault and lets the
+// producers be created again.
+func (ps *producers) aroundFault(fault func()) {
+	ps.gate.Lock()
+	defer ps.gate.Unlock()
+	ps.closeAll()
+	fault()
+}
+
+func (ps *producers) closeAll() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.byName {
+		p.Close()
+	}
+	if ps.client != nil {
+		ps.client.Close()
+	}
+	ps.client, ps.byName = nil, nil
 }
 
 func (w *world) podsOf(g *group) int {
