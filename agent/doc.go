@@ -21,4 +21,16 @@
 // (Stopped > Paused > Running): the application's own (Pause/Resume, Stop/Run), the controller's
 // (SetState, guarded by a generation so that a stale request never undoes a newer one), and the
 // agent's start-up gate (Options.StartGated until MarkSynced or the sync timeout).
+//
+// Backlog at risk: Agent.Backlog reads, per partition, the subscription's backlog (msgBacklog,
+// backlogSize), the entry time of its oldest message (earliestMsgPublishTimeInBacklog: the
+// broker timestamp that message TTL compares) and the applied message TTL and backlog quotas,
+// through the admin API with the application's credentials; what it cannot read is Unknown
+// with the reason, never an error. WatchBacklog keeps it fresh in the background
+// (Options.BacklogRefresh) so that LatestBacklog answers without waiting. A message TTL
+// deletes the oldest message at the broker's first expiry check after oldest + TTL (checks
+// run every messageExpiryCheckIntervalInMinutes, 5 by default); a message_age quota with
+// consumer_backlog_eviction can act from oldest + 0.9 x limitTime (precise check), a
+// destination_storage one when the topic's backlog after its slowest subscription reaches
+// limitSize.
 package agent
