@@ -178,7 +178,7 @@ func (w *world) awaitConvergence(ctx context.Context, bound time.Duration) (time
 
 // seekProblems checks that every flow's latest seek completed (earlier ones had, or the next
 // was not issued) and that no agent process reset a cursor twice for one seek id.
-func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[string]string) []string {
+func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[string]string, outcome func(*subflowv1.SeekStatus)) []string {
 	var problems []string
 	for name, id := range last {
 		flow := &subflowv1.SubscriptionFlow{}
@@ -188,6 +188,8 @@ func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[s
 		}
 		if s := flow.Status.Seek; s == nil || s.ID != id || s.CompletionTime == nil {
 			problems = append(problems, fmt.Sprintf("flow %s: seek %s did not end Succeeded or Failed (status %+v)", name, id, s))
+		} else {
+			outcome(s)
 		}
 	}
 	w.mu.Lock()
@@ -223,17 +225,17 @@ func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[s
 
 // checkFlows checks the FLOW record: after a pause took effect (plus flowGrace) a consumer
 // sends no FLOW, except the initial grant of a re-subscribe after a reconnect; after a stop,
-// none at all. It returns how many FLOWs it looked at.
-func (w *world) checkFlows() int {
-	checked := 0
+// none at all.
+func (w *world) checkFlows(rep *Report) {
 	for _, g := range w.groups {
 		for _, topic := range g.topics {
 			for _, f := range w.broker.Flows(topicRoot+topic, g.subscription) {
-				checked++
+				rep.FlowsChecked++
 				iv, tc, ok := w.mon.stateAt(f.ConsumerName, f.Time)
 				if !ok || iv.state == protocol.Running || f.Time.Before(iv.from.Add(flowGrace)) {
 					continue
 				}
+				rep.FlowsWhileGated++
 				if w.flowAllowed(g, iv, tc, f.Time, f.Permits) {
 					continue
 				}
@@ -242,7 +244,6 @@ func (w *world) checkFlows() int {
 			}
 		}
 	}
-	return checked
 }
 
 // subscribeBound is how long a subscribe may take (the clients' operation timeout): a

@@ -107,11 +107,22 @@ type engine struct {
 	seeks    []seekIssued
 	lastSeek map[string]string // flow -> id of its latest seek
 	counts   map[string]int
+	// seekOutcomes counts seeks by how they ended: succeeded, failed, or skipped (not issued
+	// while the flow's previous seek ran).
+	seekOutcomes map[string]int
+}
+
+func (e *engine) seekOutcome(s *subflowv1.SeekStatus) {
+	if s.Message == "" {
+		e.seekOutcomes["succeeded"]++
+	} else {
+		e.seekOutcomes["failed"]++
+	}
 }
 
 func newEngine(w *world, seed uint64) *engine {
 	return &engine{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), heals: map[int][]func(){},
-		lastSeek: map[string]string{}, counts: map[string]int{}}
+		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{}}
 }
 
 // step applies operation i: first the heals due, then the mode switch or a drawn operation.
@@ -353,9 +364,12 @@ func (e *engine) seek(ctx context.Context, i int, g *group, fractions []float64)
 		return g.name, err
 	}
 	if last := e.lastSeek[g.name]; last != "" {
-		if s := flow.Status.Seek; s == nil || s.ID != last || s.CompletionTime == nil {
+		s := flow.Status.Seek
+		if s == nil || s.ID != last || s.CompletionTime == nil {
+			e.seekOutcomes["skipped"]++
 			return fmt.Sprintf("%s: skipped, seek %s not finished", g.name, last), nil
 		}
+		e.seekOutcome(s)
 	}
 	id := "s" + strconv.Itoa(i)
 	spec := map[string]any{"id": id}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -75,6 +76,7 @@ type processEnv struct {
 	ledger                      *ledger
 	onReset                     func(resetRecord)
 	onViolation                 func(kind, detail string)
+	gatedReceives               *atomic.Int64 // messages a Receive called while gated returned
 	nextInstance                func() int
 }
 
@@ -176,6 +178,7 @@ func (tc *trackedConsumer) application(ctx context.Context, env processEnv, useC
 // checkStrictPause is called for a message Receive returned although the consumer was
 // Paused or Stopped (since before.Since) when Receive was called.
 func (tc *trackedConsumer) checkStrictPause(env processEnv, before protocol.ConsumerStatus, msg pulsar.Message) {
+	env.gatedReceives.Add(1)
 	if handedWhileGated(tc.c, before) {
 		env.onViolation("strict-pause", fmt.Sprintf("consumer %s (pod %s) handed over %q (id %v) while %s since %s",
 			tc.name, tc.pod, msg.Payload(), msg.ID(), before.State, before.Since.Format(time.RFC3339Nano)))

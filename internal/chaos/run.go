@@ -58,8 +58,10 @@ type Report struct {
 	Seed                            uint64
 	Ops                             map[string]int
 	Produced, Deliveries, Distinct  int64
-	FlowsChecked                    int
+	FlowsChecked, FlowsWhileGated   int
 	Seeks                           int
+	SeekOutcomes                    map[string]int
+	GatedReceives                   int64 // checked by the strict-pause rule
 	Violations                      []violation
 	ViolationCounts                 map[string]int
 	Converge, FinalConverge, Drain  time.Duration
@@ -94,7 +96,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(began)
 	rep.Ops = e.counts
-	rep.Seeks = len(e.seeks)
+	rep.Seeks, rep.SeekOutcomes = len(e.seeks), e.seekOutcomes
+	rep.GatedReceives = w.gatedReceives.Load()
 	rep.Produced, rep.Deliveries, rep.Distinct = w.ledger.totals()
 	rep.ControllerReplicas, rep.AgentStarts = w.ctrls.nextID, int(w.instances.Load())
 	w.mu.Lock()
@@ -165,10 +168,10 @@ func runPhases(ctx context.Context, w *world, e *engine, rep *Report) error {
 		w.violate("convergence", "after the final Running: "+p)
 	}
 	rep.Drain = w.awaitDelivery(ctx, cfg.Drain)
-	for _, p := range w.seekProblems(ctx, e.seeks, e.lastSeek) {
+	for _, p := range w.seekProblems(ctx, e.seeks, e.lastSeek, e.seekOutcome) {
 		w.violate("seek", p)
 	}
-	rep.FlowsChecked = w.checkFlows()
+	w.checkFlows(rep)
 	if err := w.trimPods(ctx, initial); err != nil {
 		return err
 	}
@@ -352,8 +355,10 @@ func (r *Report) print(out io.Writer) {
 		total += r.Ops[k]
 	}
 	fmt.Fprintf(out, "operations %d: %s\n", total, strings.Join(kinds, " "))
-	fmt.Fprintf(out, "messages produced %d, deliveries %d (distinct %d, replays and redeliveries %d), seeks %d, FLOWs checked %d\n",
-		r.Produced, r.Deliveries, r.Distinct, r.Deliveries-r.Distinct, r.Seeks, r.FlowsChecked)
+	fmt.Fprintf(out, "messages produced %d, deliveries %d (distinct %d, replays and redeliveries %d)\n",
+		r.Produced, r.Deliveries, r.Distinct, r.Deliveries-r.Distinct)
+	fmt.Fprintf(out, "seeks %d %v; receives that began gated %d; FLOWs %d, %d of them while gated\n",
+		r.Seeks, r.SeekOutcomes, r.GatedReceives, r.FlowsChecked, r.FlowsWhileGated)
 	fmt.Fprintf(out, "convergence after the last operation %s, after the final Running %s, drain %s, run %s\n",
 		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(out, "goroutines %d -> %d, heap %.1f -> %.1f MiB, controller replicas %d, agent processes %d\n",

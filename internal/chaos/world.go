@@ -70,9 +70,10 @@ type world struct {
 	producers producers
 	start     time.Time
 
-	instances atomic.Int64
-	podSerial int
-	pods      []*simPod // live, in creation order
+	instances     atomic.Int64
+	gatedReceives atomic.Int64
+	podSerial     int
+	pods          []*simPod // live, in creation order
 
 	mu         sync.Mutex
 	resets     []resetRecord
@@ -148,7 +149,7 @@ func (w *world) close() {
 
 func (w *world) processEnv() processEnv {
 	return processEnv{serviceURL: w.broker.ServiceURL(), adminURL: w.broker.AdminURL(), token: agentToken,
-		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate,
+		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives,
 		nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
 
