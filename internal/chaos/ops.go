@@ -110,6 +110,20 @@ type engine struct {
 	// seekOutcomes counts seeks by how they ended: succeeded, failed, or skipped (not issued
 	// while the flow's previous seek ran).
 	seekOutcomes map[string]int
+	overdue      map[string]bool // seeks already reported as not finishing in time
+}
+
+// seekBound is how long a seek may take from the request to its completion in status: the
+// agents' seek timeout (30 s) plus the controller's polling and pushes.
+const seekBound = 90 * time.Second
+
+func (e *engine) issuedAt(id string) time.Time {
+	for _, s := range e.seeks {
+		if s.id == id {
+			return s.at
+		}
+	}
+	return time.Time{}
 }
 
 func (e *engine) seekOutcome(s *subflowv1.SeekStatus) {
@@ -122,7 +136,8 @@ func (e *engine) seekOutcome(s *subflowv1.SeekStatus) {
 
 func newEngine(w *world, seed uint64) *engine {
 	return &engine{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), heals: map[int][]func(){},
-		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{}}
+		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{},
+		overdue: map[string]bool{}}
 }
 
 // step applies operation i: first the heals due, then the mode switch or a drawn operation.
@@ -366,6 +381,10 @@ func (e *engine) seek(ctx context.Context, i int, g *group, fractions []float64)
 	if last := e.lastSeek[g.name]; last != "" {
 		s := flow.Status.Seek
 		if s == nil || s.ID != last || s.CompletionTime == nil {
+			if time.Since(e.issuedAt(last)) > seekBound && !e.overdue[last] {
+				e.overdue[last] = true
+				e.w.violate("seek", fmt.Sprintf("flow %s: seek %s not finished %s after it was asked for", g.name, last, seekBound))
+			}
 			e.seekOutcomes["skipped"]++
 			return fmt.Sprintf("%s: skipped, seek %s not finished", g.name, last), nil
 		}
