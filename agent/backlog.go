@@ -30,7 +30,7 @@ const backlogReadTimeout = 10 * time.Second
 // Rights needed with Pulsar's default authorization provider: partition metadata and topic
 // stats need lookup (produce or consume) permission on the topic; the applied message TTL and
 // backlog quotas are topic policies, which need tenant admin rights. An application with
-// consume rights only gets Unknown, naming the refused read.
+// consume rights only gets the backlog with RetentionUnknown naming the refused read.
 func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
 	now := time.Now()
 	if a.admin == nil {
@@ -58,14 +58,16 @@ func (a *adminClient) backlog(ctx context.Context, topic, subscription string, n
 	if err != nil {
 		return []protocol.BacklogStatus{unknownBacklog(full, now, unknownReason("partition metadata", err))}
 	}
+	// The backlog itself needs only lookup rights; without the rights to read the retention
+	// policies it is still reported, with the retention marked unknown.
 	ret, err := a.retention(ctx, full)
 	out := make([]protocol.BacklogStatus, 0, len(topics))
 	for _, t := range topics {
-		if err != nil {
-			out = append(out, unknownBacklog(t, now, unknownReason("retention policies", err)))
-			continue
+		st := a.partitionBacklog(ctx, t, subscription, ret, now)
+		if err != nil && st.Unknown == "" {
+			st.RetentionUnknown = unknownReason("retention policies", err)
 		}
-		out = append(out, a.partitionBacklog(ctx, t, subscription, ret, now))
+		out = append(out, st)
 	}
 	return out
 }

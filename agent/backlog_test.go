@@ -171,13 +171,15 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 		name, adminURL, sub string
 		auth                func(*http.Request) error
 		want                []string // fragments of Unknown; none means known
+		wantRetention       []string // fragments of RetentionUnknown, for a known backlog
 	}{
-		{"no credentials", b.AdminURL(), "sub", nil, []string{"HTTP 401", "partition metadata", "lookup"}},
-		{"consume rights only", b.AdminURL(), "sub", bearer, []string{"HTTP 403", "retention policies", "tenant admin"}},
-		{"tenant admin", b.AdminURL(), "sub", root, nil},
-		{"no such subscription", b.AdminURL(), "nope", root, []string{`subscription "nope" does not exist`}},
-		{"unreachable", "http://" + closed.Addr().String(), "sub", root, []string{"unreachable"}},
-		{"no admin URL", "", "sub", nil, []string{"Options.AdminURL"}},
+		{"no credentials", b.AdminURL(), "sub", nil, []string{"HTTP 401", "partition metadata", "lookup"}, nil},
+		// Consume rights read the backlog; only the retention (topic policies) is refused.
+		{"consume rights only", b.AdminURL(), "sub", bearer, nil, []string{"HTTP 403", "retention policies", "tenant admin"}},
+		{"tenant admin", b.AdminURL(), "sub", root, nil, nil},
+		{"no such subscription", b.AdminURL(), "nope", root, []string{`subscription "nope" does not exist`}, nil},
+		{"unreachable", "http://" + closed.Addr().String(), "sub", root, []string{"unreachable"}, nil},
+		{"no admin URL", "", "sub", nil, []string{"Options.AdminURL"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,6 +192,14 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 			if tc.want == nil {
 				if st.Unknown != "" || st.Messages != 0 || st.ReadAt.IsZero() {
 					t.Fatalf("got %+v, want known values", st)
+				}
+				for _, w := range tc.wantRetention {
+					if !strings.Contains(st.RetentionUnknown, w) || st.MessageTTLSeconds != nil || st.Quotas != nil {
+						t.Fatalf("retention unknown %q does not say %q, or values given: %+v", st.RetentionUnknown, w, st)
+					}
+				}
+				if tc.wantRetention == nil && st.RetentionUnknown != "" {
+					t.Fatalf("retention unknown %q for a tenant admin", st.RetentionUnknown)
 				}
 				return
 			}

@@ -22,6 +22,10 @@ var (
 		Help:    "Duration of one push of a flow's desired state to one agent.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	})
+	flowBacklogAtRisk = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_flow_backlog_at_risk",
+		Help: "1 while the flow is halted and the broker's retention will delete waiting messages within the warning lead time (BacklogAtRisk=True), else 0.",
+	}, []string{"namespace", "name"})
 	pushErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subflow_agent_push_errors_total",
 		Help: "Failed pushes to agents by reason (Unreachable, Unauthorized, StaleRevision, Rejected).",
@@ -29,7 +33,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(flowPaused, flowAgents, pushDuration, pushErrors)
+	metrics.Registry.MustRegister(flowPaused, flowAgents, flowBacklogAtRisk, pushDuration, pushErrors)
 }
 
 var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers"}
@@ -39,7 +43,7 @@ var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable
 var pausedSeries sync.Map // namespace/name -> [2]string{state, source}
 
 // recordFlowMetrics publishes one flow's gauges; a flow has exactly one paused series.
-func recordFlowMetrics(namespace, name, state, source string, agents map[string]int) {
+func recordFlowMetrics(namespace, name, state, source string, agents map[string]int, backlogAtRisk bool) {
 	key := namespace + "/" + name
 	if old, ok := pausedSeries.Swap(key, [2]string{state, source}); ok && old != [2]string{state, source} {
 		labels := old.([2]string)
@@ -53,6 +57,11 @@ func recordFlowMetrics(namespace, name, state, source string, agents map[string]
 	for _, s := range agentStates {
 		flowAgents.WithLabelValues(namespace, name, s).Set(float64(agents[s]))
 	}
+	risk := 0.0
+	if backlogAtRisk {
+		risk = 1
+	}
+	flowBacklogAtRisk.WithLabelValues(namespace, name).Set(risk)
 }
 
 func forgetFlowMetrics(namespace, name string) {
@@ -60,4 +69,5 @@ func forgetFlowMetrics(namespace, name string) {
 	pausedSeries.Delete(namespace + "/" + name)
 	flowPaused.DeletePartialMatch(labels)
 	flowAgents.DeletePartialMatch(labels)
+	flowBacklogAtRisk.DeletePartialMatch(labels)
 }

@@ -74,6 +74,9 @@ type SubscriptionFlowReconciler struct {
 	Resync time.Duration
 	// Parallelism bounds concurrent pushes per flow.
 	Parallelism int
+	// BacklogLeadTime is how long before the broker's retention would delete a halted flow's
+	// waiting messages BacklogAtRisk turns True; zero means DefaultBacklogLeadTime.
+	BacklogLeadTime time.Duration
 
 	holders holderBook
 	retries retryBook
@@ -84,6 +87,13 @@ func (r *SubscriptionFlowReconciler) parallelism() int {
 		return r.Parallelism
 	}
 	return DefaultParallelism
+}
+
+func (r *SubscriptionFlowReconciler) backlogLeadTime() time.Duration {
+	if r.BacklogLeadTime > 0 {
+		return r.BacklogLeadTime
+	}
+	return DefaultBacklogLeadTime
 }
 
 func (r *SubscriptionFlowReconciler) resync() time.Duration {
@@ -156,8 +166,9 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	}
 	live := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
 	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
-		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased}
+		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
+	obs.Reporter = firstAddressed(live)
 	r.pushRevision(ctx, flow, live, target, &obs)
 	r.startSeekIfPending(ctx, flow, live, target, &obs)
 	succeededBefore := seekSucceeded(flow)
@@ -171,7 +182,8 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	if len(released) > 0 {
 		r.event(flow, corev1.EventTypeNormal, "Released", "Released the rule in pods that no longer match: %s", listNames(released))
 	}
-	recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), obs.agentStates())
+	recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), obs.agentStates(),
+		meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionBacklogAtRisk))
 	log.V(1).Info("Flow reconciled", "flow", klog.KObj(flow), "revision", obs.Revision, "effectiveState", eff.State,
 		"matched", flow.Status.Pods.Matched, "synced", flow.Status.Pods.Synced)
 	return r.requeue(flow, obs), nil
@@ -183,7 +195,9 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *subflowv1.SubscriptionFlow, pods []corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, obs *observation) {
 	request := func(pod string) protocol.FlowRequest {
-		return desiredRequest(flow, obs.Effective, obs.Revision, pod == obs.Executor)
+		req := desiredRequest(flow, obs.Effective, obs.Revision, pod == obs.Executor)
+		req.ReportBacklog = pod == obs.Reporter
+		return req
 	}
 	obs.Outcomes = r.pushAll(ctx, pods, target, request)
 	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
@@ -321,6 +335,9 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 	if seekRunning(obs) {
 		after = min(after, seekPoll)
 	}
+	if obs.Reporter != "" && obs.Effective.State != subflowv1.StateRunning {
+		after = min(after, backlogRecheck) // the backlog grows: keep the prediction fresh
+	}
 	if next := obs.Effective.Next; next != nil {
 		if until := next.Sub(obs.Now); until < after {
 			after = max(until, time.Millisecond)
@@ -435,6 +452,7 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 			r.event(flow, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
 		}
 	}
+	r.emitBacklogEvents(old, flow)
 	if seek := flow.Status.Seek; seek != nil && seek.CompletionTime != nil &&
 		(old.Status.Seek == nil || old.Status.Seek.ID != seek.ID || old.Status.Seek.CompletionTime == nil) {
 		if seek.Message == "" {
@@ -443,6 +461,28 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 			r.event(flow, corev1.EventTypeWarning, "SeekFailed", "Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message)
 		}
 	}
+}
+
+// emitBacklogEvents warns when waiting messages become at risk, and says when they no longer are.
+func (r *SubscriptionFlowReconciler) emitBacklogEvents(old, flow *subflowv1.SubscriptionFlow) {
+	was := meta.IsStatusConditionTrue(old.Status.Conditions, subflowv1.ConditionBacklogAtRisk)
+	now := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionBacklogAtRisk)
+	switch {
+	case now != nil && now.Status == metav1.ConditionTrue && !was:
+		r.event(flow, corev1.EventTypeWarning, "BacklogAtRisk", "%s", now.Message)
+	case now != nil && now.Status == metav1.ConditionFalse && was:
+		r.event(flow, corev1.EventTypeNormal, "BacklogSafe", "%s", now.Message)
+	}
+}
+
+// firstAddressed is the first pod, by name, with an agent address.
+func firstAddressed(pods []corev1.Pod) string {
+	for i := range pods {
+		if pushable(&pods[i]) {
+			return pods[i].Name
+		}
+	}
+	return ""
 }
 
 // maxEventNote is the API server's limit on an event's note.

@@ -38,6 +38,20 @@ type observation struct {
 	HeldBy []string
 	// Unreleased are pods that no longer match and whose release failed, with the error.
 	Unreleased []string
+	// Reporter is the pod asked to read the subscription's backlog.
+	Reporter string
+	// BacklogLeadTime is how early BacklogAtRisk warns of a predicted deletion.
+	BacklogLeadTime time.Duration
+}
+
+// backlogRisk assesses what the reporter answered, if it did.
+func (obs observation) backlogRisk() *backlogRisk {
+	for _, o := range obs.Outcomes {
+		if o.Pod == obs.Reporter && o.Status != nil {
+			return assessBacklog(o.Pod, o.Status.Backlog, obs.Now, obs.BacklogLeadTime)
+		}
+	}
+	return nil
 }
 
 // agentStates counts every matched pod's agent by observed state, for metrics (the status
@@ -63,6 +77,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 		EffectiveState:     obs.Effective.State,
 		StateSource:        obs.Effective.Source,
 		Conditions:         append([]metav1.Condition(nil), flow.Status.Conditions...),
+		Backlog:            flow.Status.Backlog.DeepCopy(),
 	}
 	if obs.Effective.Next != nil {
 		st.NextTransitionTime = &metav1.Time{Time: *obs.Effective.Next}
@@ -90,6 +105,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	paused, pausedReason, pausedMessage := pausedCondition(obs, st)
 	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
 	setSeekCondition(&st, flow, obs)
+	setBacklogCondition(&st, obs.backlogRisk(), obs.Effective.State, obs.BacklogLeadTime)
 	return st
 }
 
@@ -124,6 +140,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		for _, c := range o.Status.Consumers {
 			agent.Consumers++
 			agent.HeldMessages += c.HeldMessages
+			agent.ReceivedWhilePaused += c.ReceivedWhilePaused
 			consumers.Total++
 			switch c.State {
 			case protocol.Running:

@@ -76,12 +76,13 @@ type Options struct {
 
 // Server applies flow rules pushed by the controller to an agent's consumers.
 type Server struct {
-	agent *agent.Agent
-	opts  Options
-	log   logr.Logger
-	token *tokenSource
-	rules *rules
-	mux   *http.ServeMux
+	agent   *agent.Agent
+	opts    Options
+	log     logr.Logger
+	token   *tokenSource
+	rules   *rules
+	backlog *backlogWatches
+	mux     *http.ServeMux
 }
 
 // New returns a control server for a. A token is required: the server changes what the
@@ -109,7 +110,7 @@ func New(a *agent.Agent, opts Options) (*Server, error) {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
 	s := &Server{agent: a, opts: opts, log: opts.Logger, token: &tokenSource{file: opts.TokenFile, fixed: opts.Token},
-		rules: newRules(a, opts.Logger, opts.SeekTimeout), mux: http.NewServeMux()}
+		rules: newRules(a, opts.Logger, opts.SeekTimeout), backlog: newBacklogWatches(a), mux: http.NewServeMux()}
 	s.mux.Handle("GET "+protocol.PathPrefix+"/state", s.authenticated(s.getState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	var metrics http.Handler = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
@@ -252,12 +253,18 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 	s.agent.MarkSynced()
 	s.apply(r.Context(), rl.key)
 	consumers := s.rules.matched(rl)
+	var watched []watchKey
+	if req.ReportBacklog {
+		watched = backlogKeys(rl, consumers)
+	}
+	s.backlog.set(rl.key, watched)
 	status := protocol.FlowStatus{
 		Pod:             s.agent.Name(),
 		AppliedRevision: req.Revision,
 		Consumers:       statuses(consumers),
 		Seek:            s.rules.seek(rl, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
+		Backlog:         s.backlog.latest(watched),
 	}
 	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
 	writeJSON(w, http.StatusOK, status)
@@ -302,6 +309,7 @@ func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request, key string) 
 		writeError(w, http.StatusNotFound, protocol.Error{Reason: protocol.ReasonNotFound, Message: "no rule for flow " + key})
 		return
 	}
+	s.backlog.set(key, nil)
 	s.apply(r.Context(), key)
 	s.log.Info("Flow rule released", "flow", key)
 	w.WriteHeader(http.StatusNoContent)

@@ -135,6 +135,10 @@ type BacklogStatus struct {
 	// Unknown explains why the values could not be read (e.g. the admin API refused the
 	// application's credentials); the other fields are then empty.
 	Unknown string `json:"unknown,omitempty"`
+	// RetentionUnknown explains why the TTL and quotas could not be read (they are topic
+	// policies, which Pulsar shows to tenant admins only) while the backlog figures could;
+	// MessageTTLSeconds and Quotas are then empty and say nothing.
+	RetentionUnknown string `json:"retentionUnknown,omitempty"`
 }
 
 // BacklogQuota is one effective backlog quota of a topic.

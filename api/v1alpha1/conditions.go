@@ -16,6 +16,10 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionSeekCompleted is True when the current seek id executed; False with a reason when it failed.
 	ConditionSeekCompleted = "SeekCompleted"
+	// ConditionBacklogAtRisk is True while consumption is halted and the broker's retention will
+	// delete waiting messages within the warning lead time (or is deleting them). Negative
+	// polarity; present once an agent reported the backlog.
+	ConditionBacklogAtRisk = "BacklogAtRisk"
 )
 
 // Reasons, grouped by the condition they usually explain.
@@ -51,6 +55,16 @@ const (
 	ReasonSeekPending = "SeekPending"
 	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error.
 	ReasonSeekFailed = "SeekFailed"
+	// ReasonRetentionDeletesBacklog (BacklogAtRisk=True): a TTL or an evicting quota will delete
+	// waiting messages soon; the message says which and when.
+	ReasonRetentionDeletesBacklog = "RetentionDeletesBacklog"
+	// ReasonBacklogSafe (BacklogAtRisk=False): nothing will delete waiting messages within the
+	// lead time, or consumption runs.
+	ReasonBacklogSafe = "BacklogSafe"
+	// ReasonBacklogUnknown (BacklogAtRisk=Unknown): the agent could not read the backlog or the
+	// retention policies (e.g. the admin API refused the application's credentials).
+	ReasonBacklogUnknown = "BacklogUnknown"
+
 	// ReasonIndexMetadataDisabled (SeekCompleted=False): the broker does not store entry indexes;
 	// enable brokerEntryMetadataInterceptors=AppendIndexMetadataInterceptor.
 	ReasonIndexMetadataDisabled = "IndexMetadataDisabled"

@@ -266,7 +266,12 @@ type SubscriptionFlowStatus struct {
 	// +optional
 	Seek *SeekStatus `json:"seek,omitempty"`
 
-	// conditions: Ready, Paused, Reconciling, Stalled, SeekCompleted.
+	// backlog is the subscription's backlog on the broker, as one agent last read it, and when
+	// the broker's retention would first delete part of it.
+	// +optional
+	Backlog *BacklogStatus `json:"backlog,omitempty"`
+
+	// conditions: Ready, Paused, Reconciling, Stalled, SeekCompleted, BacklogAtRisk.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -318,6 +323,10 @@ type AgentStatus struct {
 	// heldMessages the pod's consumers hold behind the gate.
 	// +optional
 	HeldMessages int64 `json:"heldMessages,omitempty"`
+	// receivedWhilePaused counts messages the pod's clients pushed to a closed gate (held,
+	// never handed over), e.g. after a reconnect while paused.
+	// +optional
+	ReceivedWhilePaused int64 `json:"receivedWhilePaused,omitempty"`
 	// lastSyncTime is when the agent last applied the current revision.
 	// +optional
 	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
@@ -341,6 +350,35 @@ type SeekStatus struct {
 	// +listType=atomic
 	Positions []SeekPosition `json:"positions,omitempty"`
 	// message explains a failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// BacklogStatus sums the subscription's backlog over the flow's topics (partitions).
+type BacklogStatus struct {
+	// messages waiting for the subscription.
+	// +optional
+	Messages int64 `json:"messages"`
+	// bytes waiting for the subscription.
+	// +optional
+	Bytes int64 `json:"bytes"`
+	// oldestPublishTime is the publish time of the oldest waiting message.
+	// +optional
+	OldestPublishTime *metav1.Time `json:"oldestPublishTime,omitempty"`
+	// deletionTime is when the broker's retention (a message TTL, or a backlog quota with the
+	// consumer_backlog_eviction policy) first deletes waiting messages, if it will.
+	// +optional
+	DeletionTime *metav1.Time `json:"deletionTime,omitempty"`
+	// deletedBy names the retention that deletes them first.
+	// +optional
+	DeletedBy string `json:"deletedBy,omitempty"`
+	// readTime is when the agent read the figures.
+	// +optional
+	ReadTime *metav1.Time `json:"readTime,omitempty"`
+	// reporter is the pod whose agent read them.
+	// +optional
+	Reporter string `json:"reporter,omitempty"`
+	// message explains figures that could not be read.
 	// +optional
 	Message string `json:"message,omitempty"`
 }

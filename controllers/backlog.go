@@ -1,0 +1,189 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// A paused subscription's backlog grows on the broker, and a message TTL or a backlog quota with
+// the consumer_backlog_eviction policy deletes waiting messages: a pause can lose data that no
+// consumer ever saw. One agent per flow (the reporter) reads the backlog and the retention in
+// force through the admin API; the controller predicts the first deletion and warns before it.
+
+// DefaultBacklogLeadTime is how long before a predicted deletion BacklogAtRisk turns True.
+const DefaultBacklogLeadTime = time.Hour
+
+// sizeQuotaWarnRatio: a size quota evicts as soon as it is exceeded, at no predictable time, so
+// the warning starts when the backlog reaches this share of it.
+const sizeQuotaWarnRatio = 0.8
+
+// backlogRecheck bounds how stale the backlog figures get while consumption is halted.
+const backlogRecheck = time.Minute
+
+// reporterOf is the pod asked to read the backlog: the first pushed-to pod by name.
+func reporterOf(pods []podOutcome) string {
+	if len(pods) == 0 {
+		return ""
+	}
+	return pods[0].Pod
+}
+
+// backlogRisk is the prediction made from one reporter's answer.
+type backlogRisk struct {
+	status  *subflowv1.BacklogStatus
+	atRisk  bool   // within the lead time, or a size quota nearly full
+	unknown string // why nothing could be read
+	warning string // what will delete what, and when
+}
+
+// assessBacklog sums the reporter's figures and predicts the first deletion.
+func assessBacklog(reporter string, entries []protocol.BacklogStatus, now time.Time, lead time.Duration) *backlogRisk {
+	if len(entries) == 0 {
+		return nil
+	}
+	st := &subflowv1.BacklogStatus{Reporter: reporter}
+	risk := &backlogRisk{status: st}
+	var unknown, retentionUnknown []string
+	for _, b := range entries {
+		if b.Unknown != "" {
+			unknown = append(unknown, fmt.Sprintf("%s: %s", b.Topic, b.Unknown))
+			continue
+		}
+		if b.RetentionUnknown != "" {
+			retentionUnknown = append(retentionUnknown, fmt.Sprintf("%s: %s", b.Topic, b.RetentionUnknown))
+		}
+		st.Messages += b.Messages
+		st.Bytes += b.Bytes
+		st.ReadTime = laterTime(st.ReadTime, b.ReadAt)
+		if b.OldestPublishTime != nil && (st.OldestPublishTime == nil || b.OldestPublishTime.Before(st.OldestPublishTime.Time)) {
+			st.OldestPublishTime = &metav1.Time{Time: *b.OldestPublishTime}
+		}
+		for _, d := range deletions(b, now) {
+			if st.DeletionTime == nil || d.at.Before(st.DeletionTime.Time) {
+				st.DeletionTime, st.DeletedBy = &metav1.Time{Time: d.at}, d.by
+			}
+		}
+		if note := sizeQuotaNote(b); note != "" {
+			risk.atRisk, risk.warning = true, note
+		}
+	}
+	if len(unknown) == len(entries) {
+		risk.unknown = strings.Join(unknown, "; ")
+		st.Message = risk.unknown
+		return risk
+	}
+	if st.DeletionTime != nil && st.DeletionTime.Sub(now) <= lead {
+		risk.atRisk = true
+		risk.warning = fmt.Sprintf("%s deletes waiting messages from %s (%s); %d messages wait",
+			st.DeletedBy, st.DeletionTime.UTC().Format(time.RFC3339), until(now, st.DeletionTime.Time), st.Messages)
+		if st.OldestPublishTime != nil {
+			risk.warning += ", the oldest since " + st.OldestPublishTime.UTC().Format(time.RFC3339)
+		}
+	}
+	if len(unknown) > 0 {
+		st.Message = "not read for " + strings.Join(unknown, "; ")
+	}
+	if len(retentionUnknown) > 0 && !risk.atRisk {
+		// The backlog is known but not what may delete it: no warning can be given either way.
+		risk.unknown = "the retention policies could not be read: " + strings.Join(retentionUnknown, "; ")
+		st.Message = strings.TrimPrefix(st.Message+"; "+risk.unknown, "; ")
+	}
+	return risk
+}
+
+type deletion struct {
+	at time.Time
+	by string
+}
+
+// deletions lists when each retention of one topic deletes its oldest waiting message.
+func deletions(b protocol.BacklogStatus, now time.Time) []deletion {
+	if b.Messages == 0 {
+		return nil
+	}
+	var out []deletion
+	if ttl := b.MessageTTLSeconds; ttl != nil && *ttl > 0 && b.OldestPublishTime != nil {
+		out = append(out, deletion{at: b.OldestPublishTime.Add(time.Duration(*ttl) * time.Second),
+			by: fmt.Sprintf("messageTTL %ds on %s", *ttl, b.Topic)})
+	}
+	for _, q := range b.Quotas {
+		if q.Policy != "consumer_backlog_eviction" {
+			continue
+		}
+		switch {
+		case q.Type == "message_age" && q.LimitSeconds > 0 && b.OldestPublishTime != nil:
+			// A broker with the precise time-based check evicts from 90% of the limit.
+			out = append(out, deletion{at: b.OldestPublishTime.Add(time.Duration(q.LimitSeconds) * time.Second * 9 / 10),
+				by: fmt.Sprintf("backlog quota message_age %ds (consumer_backlog_eviction) on %s", q.LimitSeconds, b.Topic)})
+		case q.Type == "destination_storage" && q.LimitBytes > 0 && b.Bytes >= q.LimitBytes:
+			out = append(out, deletion{at: now, by: fmt.Sprintf("backlog quota destination_storage %d bytes (consumer_backlog_eviction) on %s",
+				q.LimitBytes, b.Topic)})
+		}
+	}
+	return out
+}
+
+// sizeQuotaNote warns of a size quota nearly full: its eviction has no predictable time.
+func sizeQuotaNote(b protocol.BacklogStatus) string {
+	for _, q := range b.Quotas {
+		if q.Policy == "consumer_backlog_eviction" && q.Type == "destination_storage" && q.LimitBytes > 0 &&
+			float64(b.Bytes) >= sizeQuotaWarnRatio*float64(q.LimitBytes) {
+			return fmt.Sprintf("the backlog of %s holds %d of the %d bytes its consumer_backlog_eviction quota allows; the broker "+
+				"deletes the oldest waiting messages once it is exceeded", b.Topic, b.Bytes, q.LimitBytes)
+		}
+	}
+	return ""
+}
+
+func laterTime(a *metav1.Time, b time.Time) *metav1.Time {
+	if b.IsZero() || (a != nil && !b.After(a.Time)) {
+		return a
+	}
+	return &metav1.Time{Time: b}
+}
+
+func until(now, t time.Time) string {
+	if !t.After(now) {
+		return "already due"
+	}
+	return "in " + t.Sub(now).Round(time.Minute).String()
+}
+
+// setBacklogCondition reports the risk: only a halted flow is at risk, since running consumers
+// drain the backlog.
+func setBacklogCondition(st *subflowv1.SubscriptionFlowStatus, risk *backlogRisk, state subflowv1.FlowState, lead time.Duration) {
+	if risk == nil {
+		// No report this time (no reporter reachable): keep what was known, but a running flow
+		// is no longer at risk.
+		if c := findCondition(st, subflowv1.ConditionBacklogAtRisk); c != nil && state == subflowv1.StateRunning {
+			setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionFalse, subflowv1.ReasonBacklogSafe,
+				"Consumers run and drain the backlog")
+		}
+		return
+	}
+	st.Backlog = risk.status
+	switch {
+	case risk.unknown != "":
+		setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionUnknown, subflowv1.ReasonBacklogUnknown,
+			"The backlog or its retention could not be read: "+risk.unknown)
+	case state == subflowv1.StateRunning:
+		setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionFalse, subflowv1.ReasonBacklogSafe,
+			"Consumers run and drain the backlog")
+	case risk.atRisk:
+		setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionTrue, subflowv1.ReasonRetentionDeletesBacklog, risk.warning)
+	default:
+		setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionFalse, subflowv1.ReasonBacklogSafe,
+			fmt.Sprintf("No retention deletes waiting messages within %s", lead))
+	}
+}
+
+func findCondition(st *subflowv1.SubscriptionFlowStatus, condType string) *metav1.Condition {
+	return meta.FindStatusCondition(st.Conditions, condType)
+}

@@ -1,0 +1,77 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+func TestBacklogRisk(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	oldest := now.Add(-50 * time.Minute)
+	ttl := int64(3600)
+	evict := func(typ string, bytes, seconds int64) protocol.BacklogQuota {
+		return protocol.BacklogQuota{Type: typ, LimitBytes: bytes, LimitSeconds: seconds, Policy: "consumer_backlog_eviction"}
+	}
+	entry := func(mutate func(*protocol.BacklogStatus)) []protocol.BacklogStatus {
+		b := protocol.BacklogStatus{Topic: "t", Messages: 10, Bytes: 1000, OldestPublishTime: &oldest, ReadAt: now}
+		mutate(&b)
+		return []protocol.BacklogStatus{b}
+	}
+	tests := []struct {
+		name      string
+		entries   []protocol.BacklogStatus
+		state     subflowv1.FlowState
+		want      metav1.ConditionStatus
+		deletion  time.Time
+		inMessage string
+	}{
+		{"TTL due within the lead time", entry(func(b *protocol.BacklogStatus) { b.MessageTTLSeconds = &ttl }),
+			subflowv1.StatePaused, metav1.ConditionTrue, oldest.Add(time.Hour), "messageTTL 3600s"},
+		{"TTL beyond the lead time", entry(func(b *protocol.BacklogStatus) { t := int64(86400); b.MessageTTLSeconds = &t }),
+			subflowv1.StatePaused, metav1.ConditionFalse, oldest.Add(24 * time.Hour), "No retention"},
+		{"running flows drain", entry(func(b *protocol.BacklogStatus) { b.MessageTTLSeconds = &ttl }),
+			subflowv1.StateRunning, metav1.ConditionFalse, oldest.Add(time.Hour), "drain"},
+		{"age quota evicts from 90% of its limit", entry(func(b *protocol.BacklogStatus) {
+			b.Quotas = []protocol.BacklogQuota{evict("message_age", 0, 36000)}
+		}), subflowv1.StatePaused, metav1.ConditionFalse, oldest.Add(9 * time.Hour), "No retention"},
+		{"a hold quota deletes nothing", entry(func(b *protocol.BacklogStatus) {
+			b.Quotas = []protocol.BacklogQuota{{Type: "message_age", LimitSeconds: 60, Policy: "producer_request_hold"}}
+		}), subflowv1.StatePaused, metav1.ConditionFalse, time.Time{}, "No retention"},
+		{"size quota nearly full", entry(func(b *protocol.BacklogStatus) {
+			b.Quotas = []protocol.BacklogQuota{evict("destination_storage", 1100, 0)}
+		}), subflowv1.StatePaused, metav1.ConditionTrue, time.Time{}, "1000 of the 1100 bytes"},
+		{"size quota exceeded deletes now", entry(func(b *protocol.BacklogStatus) {
+			b.Quotas = []protocol.BacklogQuota{evict("destination_storage", 900, 0)}
+		}), subflowv1.StatePaused, metav1.ConditionTrue, now, "destination_storage"},
+		{"retention unreadable", entry(func(b *protocol.BacklogStatus) { b.RetentionUnknown = "HTTP 403" }),
+			subflowv1.StatePaused, metav1.ConditionUnknown, time.Time{}, "HTTP 403"},
+		{"nothing readable", []protocol.BacklogStatus{{Topic: "t", Unknown: "unreachable"}},
+			subflowv1.StatePaused, metav1.ConditionUnknown, time.Time{}, "unreachable"},
+		{"an empty backlog is safe", entry(func(b *protocol.BacklogStatus) {
+			b.Messages, b.Bytes, b.OldestPublishTime, b.MessageTTLSeconds = 0, 0, nil, &ttl
+		}), subflowv1.StatePaused, metav1.ConditionFalse, time.Time{}, "No retention"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var st subflowv1.SubscriptionFlowStatus
+			setBacklogCondition(&st, assessBacklog("pod-0", tt.entries, now, time.Hour), tt.state, time.Hour)
+			c := findCondition(&st, subflowv1.ConditionBacklogAtRisk)
+			if c == nil || c.Status != tt.want || !strings.Contains(c.Message, tt.inMessage) {
+				t.Fatalf("condition %+v, want %s with %q", c, tt.want, tt.inMessage)
+			}
+			got := time.Time{}
+			if st.Backlog.DeletionTime != nil {
+				got = st.Backlog.DeletionTime.Time
+			}
+			if !got.Equal(tt.deletion) {
+				t.Fatalf("deletion %s, want %s", got, tt.deletion)
+			}
+		})
+	}
+}
