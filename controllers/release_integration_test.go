@@ -32,18 +32,7 @@ func patchPod(t *testing.T, ns, name, patch string) {
 // agentFlows asks an agent which flow rules it holds, as the controller's own GET /state would.
 func agentFlows(t *testing.T, p *podsim.Pod) []protocol.FlowSummary {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+p.Addr+protocol.PathPrefix+"/state", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st protocol.AgentState
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Flows
+	return agentFlowsWith(t, p, testToken)
 }
 
 // seedRule puts a flow's rule into an agent directly, as an earlier controller would have.
@@ -293,6 +282,7 @@ func TestArbitrarySecretIsNeverSentToPods(t *testing.T) {
 	}
 }
 
+// agentFlowsWith is agentFlows authenticated with token; nil when the agent refuses it.
 func agentFlowsWith(t *testing.T, p *podsim.Pod, token string) []protocol.FlowSummary {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+p.Addr+protocol.PathPrefix+"/state", nil)
