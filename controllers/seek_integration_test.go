@@ -3,11 +3,13 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
+	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
@@ -103,4 +105,26 @@ func distinct(pods []*podsim.Pod) int {
 		}
 	}
 	return len(seen)
+}
+
+// TestSeekToAMissingPartitionFails: the executor's own error is reported as SeekFailed, with the
+// agent's message, and the consumers keep running.
+func TestSeekToAMissingPartitionFails(t *testing.T) {
+	ns := namespace(t, true)
+	topic := "nopart-" + ns
+	p := startPod(t, ns, "worker-0", topic, testToken)
+	flow := newFlow(ns, "nopart", topic, subflowv1.StateRunning)
+	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "bad", Partitions: []subflowv1.PartitionIndex{{Partition: 3, Index: 5}}}
+	create(t, flow)
+	got := waitFlow(t, flow, "SeekFailed", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionSeekCompleted)
+		return c != nil && c.Reason == subflowv1.ReasonSeekFailed
+	})
+	if c := condition(got, subflowv1.ConditionSeekCompleted); !strings.Contains(c.Message, "partition 3") {
+		t.Fatalf("SeekCompleted message %q does not name the partition", c.Message)
+	}
+	waitEvent(t, ns, "nopart", "SeekFailed", 1)
+	if p.Consumer.State() != protocol.Running {
+		t.Fatalf("consumer %s after a failed seek", p.Consumer.State())
+	}
 }

@@ -50,6 +50,7 @@ func TestPatchPausedStopsEveryAgentAndResumeLosesNothing(t *testing.T) {
 			t.Fatalf("%s is %s after Paused=True", p.Name, p.Consumer.State())
 		}
 	}
+	barrier(t, pods)
 	flowsAtPause := len(broker.Flows(topic, "ingest"))
 	deliveredAtPause := totalReceived(pods...)
 
@@ -60,6 +61,7 @@ func TestPatchPausedStopsEveryAgentAndResumeLosesNothing(t *testing.T) {
 	if n := totalReceived(pods...); n != deliveredAtPause {
 		t.Fatalf("%d messages reached the application while paused", n-deliveredAtPause)
 	}
+	barrier(t, pods) // every FLOW a client queued by now has reached the broker
 	if flows := broker.Flows(topic, "ingest"); len(flows) != flowsAtPause {
 		t.Fatalf("broker received %d FLOW commands while paused: %+v", len(flows)-flowsAtPause, flows[flowsAtPause:])
 	}
@@ -148,6 +150,18 @@ func TestUnreachableAgentIsNamedAndWrongTokenStalls(t *testing.T) {
 		t.Fatalf("agent with another token changed to %s", stranger.Consumer.State())
 	}
 	waitEvent(t, ns, "bad", "AgentAuthFailed", 1)
+}
+
+// barrier returns once every command each pod's client queued before the call reached the
+// broker: pulsar-client-go sends a consumer's commands in order on one connection, and
+// GetLastMessageIDs waits for the broker's answer. The agent's tests use the same barrier.
+func barrier(t *testing.T, pods []*podsim.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if _, err := p.Consumer.GetLastMessageIDs(); err != nil {
+			t.Fatalf("barrier on %s: %v", p.Name, err)
+		}
+	}
 }
 
 func deletePod(t *testing.T, ns, name string) {
