@@ -227,8 +227,8 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opControllerKill:
 		return e.killController()
 	case opBrokerDrop:
+		e.w.reconnectEvent() // before the fault: consumers may re-subscribe before it returns
 		e.w.producers.aroundFault(e.w.broker.DropConnections)
-		e.w.reconnectEvent()
 		return "all connections", nil
 	case opTopicUnload:
 		topic := producedTopics[a%len(producedTopics)]
