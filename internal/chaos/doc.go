@@ -18,6 +18,17 @@
 //     except the initial grant of a re-subscribe after a reconnect (the stated bound);
 //   - no goroutine or heap growth beyond a tolerance between checkpoints.
 //
+// What the checks cannot see: a message whose Receive began while the consumer ran and that
+// returned while a pause was being applied (the hand-over and the pause are not ordered from
+// the outside); a state that lasted less than the monitor's sample period (50 ms) for the
+// FLOW check; FLOWs in the first 1.5 s after a pause took effect (in flight from before it).
+//
+// The producers are harness, not the system under test: they are closed around each broker
+// fault (pulsar-client-go v0.19's producer races with itself when it reconnects while
+// sending), so broker faults reach the consumers only. The controllers' clock is the wall
+// clock moved by operations; after moving it the run touches an annotation of every flow,
+// standing in for the requeue a real clock would reach at a window boundary.
+//
 // All random choices come from one math/rand/v2 source seeded by Config.Seed and operations are
 // applied one at a time in that order, so a seed reproduces the operation sequence. The
 // system's timing is not deterministic: what an operation meets (which seek index the
