@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,7 +26,6 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
 )
@@ -43,9 +43,12 @@ type world struct {
 	k8s      client.Client
 	broker   *pulsartest.Broker
 	clock    *shiftClock
-	pods     []*podsim.Pod
+	pods     []*pod
 	produced atomic.Int64
 	stop     []func()
+
+	// metricsAddr is the controller's /metrics (host:port, plain HTTP).
+	metricsAddr string
 
 	stopProducerOnce sync.Once
 	stopProducerFn   func()
@@ -113,8 +116,15 @@ func startWorld(ctx context.Context, pods int) (*world, error) {
 func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) error {
 	step("starting the subflow controller")
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions()})
+	var err error
+	if w.metricsAddr, err = freeLoopbackAddr(); err != nil {
+		return err
+	}
+	// Plain HTTP without authentication, on loopback only (the manager's --metrics-secure=false):
+	// this local world has no API server tokens for a scraper. Deployed, the controller serves
+	// /metrics over HTTPS to callers the API server authorizes.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Client: controllers.ClientOptions(),
+		Metrics: metricsserver.Options{BindAddress: w.metricsAddr}})
 	if err != nil {
 		return err
 	}
@@ -126,9 +136,26 @@ func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *r
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(mctx) }()
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
+			fmt.Fprintln(os.Stderr, "controller stopped:", err)
+		}
+	}()
 	w.stop = append(w.stop, func() { cancel(); <-done })
+	fmt.Printf("   metrics http://%s/metrics\n", w.metricsAddr)
 	return nil
+}
+
+// freeLoopbackAddr returns a loopback address with a port free right now: the manager binds
+// its metrics server itself and does not tell which port ":0" got.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 func (w *world) createNamespace(ctx context.Context) error {
@@ -140,13 +167,13 @@ func (w *world) createNamespace(ctx context.Context) error {
 }
 
 // startPods runs n consumer pods built on the agent (see examples/consumer for the app side)
-// and registers them as Pod objects with a loopback IP, as the kubelet would.
+// and registers them as Pod objects with a loopback IP, as the kubelet would. Each agent serves
+// its metrics on http://127.0.0.1:<port>/metrics.
 func (w *world) startPods(ctx context.Context, n int) error {
 	step(fmt.Sprintf("starting %d consumer pods, each with an agent on its own port", n))
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("orders-worker-%d", i)
-		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.broker.ServiceURL(), AdminURL: w.broker.AdminURL(),
-			Token: token, Topic: topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50})
+		p, err := startPod(name, w.broker.ServiceURL(), w.broker.AdminURL())
 		if err != nil {
 			return err
 		}
