@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -83,6 +84,13 @@ func TestMonitoringQueriesReturnSeries(t *testing.T) {
 	if n, err := prom.series(`subflow_flow_pausd{namespace=~"shop"}`); err != nil || n != 0 {
 		t.Fatalf("a misspelt metric gave %d series, %v: the check cannot tell a wrong query", n, err)
 	}
+	// The alerts whose condition the demo now shows: their expressions (without `for`) match.
+	firing := alertQueries(t, "SubflowFlowPausedTooLong", "SubflowAgentsUnreachable")
+	if missing := prom.waitForSeries(t, firing, 30*time.Second); len(missing) > 0 {
+		for _, q := range missing {
+			t.Errorf("%s does not match a flow paused by spec with an unreachable agent: %s", q.where, q.promQL)
+		}
+	}
 
 	if err := w.k8s.Delete(ctx, gone); err != nil {
 		t.Fatal(err)
@@ -106,6 +114,24 @@ func TestMonitoringQueriesReturnSeries(t *testing.T) {
 		}
 	}
 	t.Logf("whole run %s", time.Since(started).Round(time.Millisecond))
+}
+
+// alertQueries returns the expressions of the named alerts.
+func alertQueries(t *testing.T, names ...string) []query {
+	t.Helper()
+	rules, err := ruleQueries(filepath.Join(testenv.RepoRoot(), "config", "monitoring", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []query
+	for _, name := range names {
+		i := slices.IndexFunc(rules, func(q query) bool { return q.where == "alert "+name })
+		if i < 0 {
+			t.Fatalf("prometheusrule.yaml has no alert %s", name)
+		}
+		out = append(out, rules[i])
+	}
+	return out
 }
 
 // prometheusBinary finds prometheus on PATH; without it the test skips, or fails under

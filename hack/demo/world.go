@@ -178,6 +178,7 @@ func (w *world) startPods(ctx context.Context, n int) error {
 			return err
 		}
 		w.pods = append(w.pods, p)
+		fmt.Printf("   %s agent http://127.0.0.1:%d (metrics on /metrics)\n", name, p.Port)
 		w.stop = append(w.stop, p.Close)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": "orders-worker"}},
