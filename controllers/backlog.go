@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -27,12 +29,25 @@ const sizeQuotaWarnRatio = 0.8
 // backlogRecheck bounds how stale the backlog figures get while consumption is halted.
 const backlogRecheck = time.Minute
 
-// reporterOf is the pod asked to read the backlog: the first pushed-to pod by name.
-func reporterOf(pods []podOutcome) string {
-	if len(pods) == 0 {
+// backlogReporter is the pod asked to read the backlog while consumption is halted (running
+// consumers drain it, so nobody reads it then): one pod per flow, spread over the pods by the
+// flow's UID so that many flows on the same pods do not all load one agent.
+func backlogReporter(flow *subflowv1.SubscriptionFlow, state subflowv1.FlowState, pods []corev1.Pod) string {
+	if state == subflowv1.StateRunning {
 		return ""
 	}
-	return pods[0].Pod
+	var candidates []string
+	for i := range pods {
+		if pushable(&pods[i]) {
+			candidates = append(candidates, pods[i].Name)
+		}
+	}
+	if len(candidates) == 0 {
+		return ""
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(flow.UID))
+	return candidates[h.Sum32()%uint32(len(candidates))]
 }
 
 // backlogRisk is the prediction made from one reporter's answer.
@@ -162,9 +177,12 @@ func setBacklogCondition(st *subflowv1.SubscriptionFlowStatus, risk *backlogRisk
 	if risk == nil {
 		// No report this time (no reporter reachable): keep what was known, but a running flow
 		// is no longer at risk.
-		if c := findCondition(st, subflowv1.ConditionBacklogAtRisk); c != nil && state == subflowv1.StateRunning {
-			setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionFalse, subflowv1.ReasonBacklogSafe,
-				"Consumers run and drain the backlog")
+		if state == subflowv1.StateRunning {
+			st.Backlog = nil // nobody reads it while consumers run: old figures would mislead
+			if findCondition(st, subflowv1.ConditionBacklogAtRisk) != nil {
+				setCondition(st, subflowv1.ConditionBacklogAtRisk, metav1.ConditionFalse, subflowv1.ReasonBacklogSafe,
+					"Consumers run and drain the backlog")
+			}
 		}
 		return
 	}

@@ -168,7 +168,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
 		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
-	obs.Reporter = firstAddressed(live)
+	obs.Reporter = backlogReporter(flow, eff.State, live)
 	r.pushRevision(ctx, flow, live, target, &obs)
 	r.startSeekIfPending(ctx, flow, live, target, &obs)
 	succeededBefore := seekSucceeded(flow)
@@ -473,16 +473,6 @@ func (r *SubscriptionFlowReconciler) emitBacklogEvents(old, flow *subflowv1.Subs
 	case now != nil && now.Status == metav1.ConditionFalse && was:
 		r.event(flow, corev1.EventTypeNormal, "BacklogSafe", "%s", now.Message)
 	}
-}
-
-// firstAddressed is the first pod, by name, with an agent address.
-func firstAddressed(pods []corev1.Pod) string {
-	for i := range pods {
-		if pushable(&pods[i]) {
-			return pods[i].Name
-		}
-	}
-	return ""
 }
 
 // maxEventNote is the API server's limit on an event's note.
