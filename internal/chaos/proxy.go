@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -139,7 +140,7 @@ func newAdminProxy(brokerAdmin string, instance int, faults *adminFaults, record
 		return nil, err
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ErrorLog = nil
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a cut request is the fault itself, not news
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d := time.Duration(faults.latency.Load()); d > 0 {
 			select {
