@@ -77,8 +77,9 @@ Everything keeps running. In another terminal:
   kubectl patch sf orders-ingest -n %s --type merge -p '{"spec":{"state":"Running"}}'
   kubectl annotate sf orders-ingest -n %s subflow.dev/override-state=Stopped
   kubectl get sf orders-ingest -n %s -o yaml
+  curl -s http://%s/metrics | grep ^subflow_
 Press Ctrl-C to stop.
-`, path, namespace, namespace, namespace, namespace, namespace)
+`, path, namespace, namespace, namespace, namespace, namespace, d.w.metricsAddr)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -123,8 +124,12 @@ func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *r
 	// Plain HTTP without authentication, on loopback only (the manager's --metrics-secure=false):
 	// this local world has no API server tokens for a scraper. Deployed, the controller serves
 	// /metrics over HTTPS to callers the API server authorizes.
+	// One world per run, but a test process may start worlds one after another (go test -count):
+	// the earlier controller of that name is stopped by then.
+	skipNameValidation := true
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Client: controllers.ClientOptions(),
-		Metrics: metricsserver.Options{BindAddress: w.metricsAddr}})
+		Metrics:    metricsserver.Options{BindAddress: w.metricsAddr},
+		Controller: config.Controller{SkipNameValidation: &skipNameValidation}})
 	if err != nil {
 		return err
 	}
