@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
 )
@@ -44,7 +46,7 @@ type world struct {
 	k8s      client.Client
 	broker   *pulsartest.Broker
 	clock    *shiftClock
-	pods     []*pod
+	pods     []*podsim.Pod
 	produced atomic.Int64
 	stop     []func()
 
@@ -178,7 +180,10 @@ func (w *world) startPods(ctx context.Context, n int) error {
 	step(fmt.Sprintf("starting %d consumer pods, each with an agent on its own port", n))
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("orders-worker-%d", i)
-		p, err := startPod(name, w.broker.ServiceURL(), w.broker.AdminURL())
+		// Each pod has its own registry, served on its agent's /metrics (no token, the default).
+		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.broker.ServiceURL(), AdminURL: w.broker.AdminURL(),
+			Token: token, Topic: topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50,
+			Metrics: prometheus.NewRegistry()})
 		if err != nil {
 			return err
 		}

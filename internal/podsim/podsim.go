@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
@@ -36,6 +37,9 @@ type Options struct {
 	// ProcessingTime is how long the application works on each message (a slow downstream);
 	// zero means it acknowledges at once.
 	ProcessingTime time.Duration
+	// Metrics, when set, receives the agent's metrics and is served on the control server's
+	// /metrics, as a real pod's agent serves its own; nil registers none.
+	Metrics *prometheus.Registry
 }
 
 // Pod is a running simulated pod.
@@ -61,11 +65,16 @@ func Start(opts Options) (*Pod, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	a, err := agent.New(agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated})
+	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated}
+	controlOpts := control.Options{Token: opts.Token, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile}
+	if opts.Metrics != nil {
+		agentOpts.Registerer, controlOpts.Gatherer = opts.Metrics, opts.Metrics
+	}
+	a, err := agent.New(agentOpts)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := control.New(a, control.Options{Token: opts.Token, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile})
+	srv, err := control.New(a, controlOpts)
 	if err != nil {
 		return nil, err
 	}
