@@ -159,9 +159,9 @@ func commit() string {
 	}
 	c := strings.TrimSpace(string(out))
 	if treeIsDirty() {
-		c += " with uncommitted changes"
+		return c + " with uncommitted changes"
 	}
-	return c
+	return c + " (clean tree: the figures are this commit's)"
 }
 
 // treeIsDirty reports uncommitted changes to tracked or new files (the report itself aside).
