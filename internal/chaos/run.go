@@ -67,6 +67,7 @@ type Report struct {
 	Converge, FinalConverge, Drain  time.Duration
 	Elapsed                         time.Duration
 	GoroutinesStart, GoroutinesEnd  int
+	GoroutineGrowth                 string // the functions whose goroutines grew most
 	HeapStartMiB, HeapEndMiB        float64
 	ControllerReplicas, AgentStarts int
 }
@@ -135,6 +136,7 @@ func runPhases(ctx context.Context, w *world, e *engine, rep *Report) error {
 		return fmt.Errorf("the system did not converge before the first operation: %s", strings.Join(problems, "; "))
 	}
 	rep.GoroutinesStart, rep.HeapStartMiB = checkpoint()
+	w.goroutinesAtStart = goroutinesByFunction()
 
 	opsStart := time.Now()
 	for i := range cfg.Ops {
@@ -328,15 +330,17 @@ func (w *world) awaitGrowthSettled(ctx context.Context, rep *Report) {
 	limit := rep.GoroutinesStart + goroutineSlack + rep.GoroutinesStart/10
 	deadline := time.Now().Add(settleBound)
 	for {
+		stateClient.CloseIdleConnections() // the run's own idle connections to the agents
 		rep.GoroutinesEnd, rep.HeapEndMiB = checkpoint()
+		rep.GoroutineGrowth = goroutineGrowth(w.goroutinesAtStart, 5)
 		if rep.GoroutinesEnd <= limit || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
 		_ = sleepUntil(ctx, time.Now().Add(time.Second))
 	}
 	if rep.GoroutinesEnd > limit {
-		w.violate("leak", fmt.Sprintf("goroutines grew from %d to %d (limit %d); most common: %s",
-			rep.GoroutinesStart, rep.GoroutinesEnd, limit, topGoroutines(5)))
+		w.violate("leak", fmt.Sprintf("goroutines grew from %d to %d (limit %d): %s",
+			rep.GoroutinesStart, rep.GoroutinesEnd, limit, rep.GoroutineGrowth))
 	}
 	produced, _, _ := w.ledger.totals()
 	allowed := heapSlackMiB + float64(produced)*heapPerMessageKiB/1024
@@ -363,6 +367,9 @@ func (r *Report) print(out io.Writer) {
 		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(out, "goroutines %d -> %d, heap %.1f -> %.1f MiB, controller replicas %d, agent processes %d\n",
 		r.GoroutinesStart, r.GoroutinesEnd, r.HeapStartMiB, r.HeapEndMiB, r.ControllerReplicas, r.AgentStarts)
+	if r.GoroutineGrowth != "" {
+		fmt.Fprintf(out, "goroutines grown since the start: %s\n", r.GoroutineGrowth)
+	}
 	n := 0
 	for _, c := range r.ViolationCounts {
 		n += c
@@ -378,22 +385,19 @@ func (r *Report) print(out io.Writer) {
 		total, r.Produced, n, r.Converge.Milliseconds(), r.Drain.Milliseconds(), r.GoroutinesStart, r.GoroutinesEnd, r.HeapStartMiB, r.HeapEndMiB)
 }
 
-// topGoroutines names the functions at the top of the most common goroutine stacks.
-func topGoroutines(n int) string {
+// goroutinesByFunction counts goroutines by the first function of their stack outside the
+// runtime and standard sync packages.
+func goroutinesByFunction() map[string]int {
 	var buf strings.Builder
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-	type group struct {
-		count int
-		fn    string
-	}
-	var groups []group
+	counts := map[string]int{}
 	for _, block := range strings.Split(buf.String(), "\n\n") {
 		lines := strings.Split(block, "\n")
 		var count int
 		if _, err := fmt.Sscanf(lines[0], "%d @", &count); err != nil {
 			continue
 		}
-		fn := ""
+		fn := "?"
 		for _, l := range lines[1:] {
 			if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" && !strings.HasPrefix(f[2], "runtime.") &&
 				!strings.HasPrefix(f[2], "internal/") && !strings.HasPrefix(f[2], "sync.") {
@@ -401,12 +405,27 @@ func topGoroutines(n int) string {
 				break
 			}
 		}
-		groups = append(groups, group{count, fn})
+		counts[fn] += count
 	}
-	slices.SortFunc(groups, func(a, b group) int { return b.count - a.count })
+	return counts
+}
+
+// goroutineGrowth names the functions whose goroutines grew most since before.
+func goroutineGrowth(before map[string]int, n int) string {
+	type grown struct {
+		fn    string
+		delta int
+	}
+	var all []grown
+	for fn, c := range goroutinesByFunction() {
+		if d := c - before[fn]; d > 0 {
+			all = append(all, grown{fn, d})
+		}
+	}
+	slices.SortFunc(all, func(a, b grown) int { return b.delta - a.delta })
 	var parts []string
-	for _, g := range groups[:min(n, len(groups))] {
-		parts = append(parts, fmt.Sprintf("%d %s", g.count, g.fn))
+	for _, g := range all[:min(n, len(all))] {
+		parts = append(parts, fmt.Sprintf("+%d %s", g.delta, g.fn))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -72,8 +72,10 @@ type world struct {
 
 	instances     atomic.Int64
 	gatedReceives atomic.Int64
-	podSerial     int
-	pods          []*simPod // live, in creation order
+
+	goroutinesAtStart map[string]int
+	podSerial         int
+	pods              []*simPod // live, in creation order
 
 	mu         sync.Mutex
 	resets     []resetRecord
