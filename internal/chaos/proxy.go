@@ -125,9 +125,8 @@ type resetRecord struct {
 // adminProxy sits between one agent process and the broker's admin API: it injects the
 // faults in force and records every reset-cursor call, which is how a seek moves a cursor.
 type adminProxy struct {
-	srv    *http.Server
-	ln     net.Listener
-	record func(resetRecord)
+	srv *http.Server
+	ln  net.Listener
 }
 
 func newAdminProxy(brokerAdmin string, instance int, faults *adminFaults, record func(resetRecord)) (*adminProxy, error) {
@@ -158,7 +157,7 @@ func newAdminProxy(brokerAdmin string, instance int, faults *adminFaults, record
 		}
 		rp.ServeHTTP(w, r)
 	})
-	p := &adminProxy{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, ln: ln, record: record}
+	p := &adminProxy{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
 }
