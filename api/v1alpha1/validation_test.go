@@ -109,7 +109,9 @@ func TestAPIServerRefusesInvalidFlows(t *testing.T) {
 			"schedule never fires"},
 		{"31 April never fires", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 0 31 4 *" },
 			"schedule never fires"},
-		{"31 in short months by name never fires", func(s *subflowv1.SubscriptionFlowSpec) { s.MaintenanceWindows[0].Schedule = "0 0 31 Feb,apr,JUN,9,11 ?" },
+		{"31 in short months by name never fires", func(s *subflowv1.SubscriptionFlowSpec) {
+			s.MaintenanceWindows[0].Schedule = "0 0 31 Feb,apr,JUN,9,11 ?"
+		},
 			"schedule never fires"},
 		{"duration over a week", func(s *subflowv1.SubscriptionFlowSpec) {
 			s.MaintenanceWindows[0].Duration = metav1.Duration{Duration: 169 * time.Hour}
