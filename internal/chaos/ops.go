@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -383,7 +384,8 @@ func (e *engine) seek(ctx context.Context, i int, g *group, fractions []float64)
 		if s == nil || s.ID != last || s.CompletionTime == nil {
 			if time.Since(e.issuedAt(last)) > seekBound && !e.overdue[last] {
 				e.overdue[last] = true
-				e.w.violate("seek", fmt.Sprintf("flow %s: seek %s not finished %s after it was asked for", g.name, last, seekBound))
+				e.w.violate("seek", fmt.Sprintf("flow %s: seek %s not finished %s after it was asked for; status seek %s; %s; agents %s",
+					g.name, last, seekBound, seekText(s), readyText(flow), agentsText(flow)))
 			}
 			e.seekOutcomes["skipped"]++
 			return fmt.Sprintf("%s: skipped, seek %s not finished", g.name, last), nil
@@ -516,3 +518,22 @@ func (e *engine) switchHA() (string, error) {
 }
 
 func jsonBytes(v any) ([]byte, error) { return json.Marshal(v) }
+
+func seekText(s *subflowv1.SeekStatus) string {
+	if s == nil {
+		return "none"
+	}
+	done := "running"
+	if s.CompletionTime != nil {
+		done = "completed " + s.CompletionTime.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("{id %s executor %s %s %q}", s.ID, s.Executor, done, s.Message)
+}
+
+func agentsText(flow *subflowv1.SubscriptionFlow) string {
+	var parts []string
+	for _, a := range flow.Status.Agents {
+		parts = append(parts, fmt.Sprintf("%s=%s %q", a.Pod, a.State, a.Message))
+	}
+	return strings.Join(parts, ", ")
+}
