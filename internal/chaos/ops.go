@@ -111,7 +111,8 @@ type engine struct {
 	// seekOutcomes counts seeks by how they ended: succeeded, failed, or skipped (not issued
 	// while the flow's previous seek ran).
 	seekOutcomes map[string]int
-	overdue      map[string]bool // seeks already reported as not finishing in time
+	overdue      map[string]bool      // seeks already reported as not finishing in time
+	unmatched    map[string]time.Time // flow -> when it was last seen matching no pod
 }
 
 // seekBound is how long a seek may take from the request to its completion in status: the
@@ -138,7 +139,7 @@ func (e *engine) seekOutcome(s *subflowv1.SeekStatus) {
 func newEngine(w *world, seed uint64) *engine {
 	return &engine{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), heals: map[int][]func(){},
 		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{},
-		overdue: map[string]bool{}}
+		overdue: map[string]bool{}, unmatched: map[string]time.Time{}}
 }
 
 // step applies operation i: first the heals due, then the mode switch or a drawn operation.
@@ -280,7 +281,11 @@ func (e *engine) pick(n int) *simPod {
 
 func (e *engine) getFlow(ctx context.Context, g *group) (*subflowv1.SubscriptionFlow, error) {
 	flow := &subflowv1.SubscriptionFlow{}
-	return flow, e.w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: g.name}, flow)
+	err := e.w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: g.name}, flow)
+	if err == nil && flow.Status.Pods.Matched == 0 {
+		e.unmatched[g.name] = time.Now()
+	}
+	return flow, err
 }
 
 func (e *engine) patchFlow(ctx context.Context, g *group, patch map[string]any) error {
@@ -382,7 +387,13 @@ func (e *engine) seek(ctx context.Context, i int, g *group, fractions []float64)
 	if last := e.lastSeek[g.name]; last != "" {
 		s := flow.Status.Seek
 		if s == nil || s.ID != last || s.CompletionTime == nil {
-			if time.Since(e.issuedAt(last)) > seekBound && !e.overdue[last] {
+			// A seek waits while no pod matches (there is no consumer to run it); the bound
+			// counts from the last time the flow was seen without pods.
+			since := e.issuedAt(last)
+			if t := e.unmatched[g.name]; t.After(since) {
+				since = t
+			}
+			if flow.Status.Pods.Matched > 0 && time.Since(since) > seekBound && !e.overdue[last] {
 				e.overdue[last] = true
 				e.w.violate("seek", fmt.Sprintf("flow %s: seek %s not finished %s after it was asked for; status seek %s; %s; agents %s",
 					g.name, last, seekBound, seekText(s), readyText(flow), agentsText(flow)))
