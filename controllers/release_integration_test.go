@@ -93,21 +93,20 @@ func TestSelectorChangeReleasesPodsNoLongerSelected(t *testing.T) {
 	}
 }
 
-// TestRecordedHolderIsReleasedByAnotherController: the holder list in status is what a
-// restarted controller (which remembers nothing) releases from.
-func TestRecordedHolderIsReleasedByAnotherController(t *testing.T) {
+// unmatchedRecordedHolder sets up what an earlier controller leaves behind when a pod stops
+// matching while no controller runs: the pod's agent holds the flow's Paused rule and the flow's
+// status records the pod as a holder, but the pod no longer matches.
+func unmatchedRecordedHolder(t *testing.T, name string) (*podsim.Pod, *subflowv1.SubscriptionFlow) {
+	t.Helper()
 	ns := namespace(t, true)
-	topic := "durable-" + ns
+	topic := name + "-" + ns
 	p := startPod(t, ns, "worker-0", topic, testToken)
 	patchPod(t, ns, "worker-0", `{"metadata":{"labels":{"app":"elsewhere"}}}`)
-	flow := newFlow(ns, "durable", topic, subflowv1.StatePaused)
+	flow := newFlow(ns, name, topic, subflowv1.StatePaused)
 	create(t, flow)
-	waitFlow(t, flow, "Ready with no pods", func(f *subflowv1.SubscriptionFlow) bool {
+	flow = waitFlow(t, flow, "Ready with no pods", func(f *subflowv1.SubscriptionFlow) bool {
 		return isTrue(f, subflowv1.ConditionReady) && current(f)
 	})
-	// An earlier controller pushed the rule and recorded the holder, then the pod stopped
-	// matching while no controller ran.
-	flow = getFlow(t, flow)
 	seedRule(t, p, flow, 1, protocol.Paused)
 	eventually(t, "seeded pause", func() bool { return p.Consumer.State() == protocol.Paused })
 	status := flow.DeepCopy()
@@ -115,27 +114,20 @@ func TestRecordedHolderIsReleasedByAnotherController(t *testing.T) {
 	if err := k8s.Status().Patch(context.Background(), status, client.MergeFrom(flow)); err != nil {
 		t.Fatal(err)
 	}
+	return p, flow
+}
+
+// TestRecordedHolderIsReleasedByAnotherController: the holder list in status is what a
+// restarted controller (which remembers nothing) releases from.
+func TestRecordedHolderIsReleasedByAnotherController(t *testing.T) {
+	p, flow := unmatchedRecordedHolder(t, "durable")
 	poke(t, flow)
 	eventually(t, "the recorded holder released", func() bool { return p.Consumer.State() == protocol.Running })
 	waitFlow(t, flow, "no holders left", func(f *subflowv1.SubscriptionFlow) bool { return len(f.Status.HeldBy) == 0 })
 }
 
 func TestDeletingAFlowReleasesRecordedHolders(t *testing.T) {
-	ns := namespace(t, true)
-	topic := "delholders-" + ns
-	p := startPod(t, ns, "worker-0", topic, testToken)
-	patchPod(t, ns, "worker-0", `{"metadata":{"labels":{"app":"elsewhere"}}}`)
-	flow := newFlow(ns, "delholders", topic, subflowv1.StatePaused)
-	create(t, flow)
-	waitFlow(t, flow, "Ready", func(f *subflowv1.SubscriptionFlow) bool { return isTrue(f, subflowv1.ConditionReady) && current(f) })
-	flow = getFlow(t, flow)
-	seedRule(t, p, flow, 1, protocol.Paused)
-	eventually(t, "seeded pause", func() bool { return p.Consumer.State() == protocol.Paused })
-	status := flow.DeepCopy()
-	status.Status.HeldBy = []string{"worker-0"}
-	if err := k8s.Status().Patch(context.Background(), status, client.MergeFrom(flow)); err != nil {
-		t.Fatal(err)
-	}
+	p, flow := unmatchedRecordedHolder(t, "delholders")
 	waitFlow(t, flow, "holder visible", func(f *subflowv1.SubscriptionFlow) bool { return len(f.Status.HeldBy) == 1 })
 	if err := k8s.Delete(context.Background(), flow); err != nil {
 		t.Fatal(err)
