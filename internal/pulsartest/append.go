@@ -42,17 +42,7 @@ func (b *Broker) AppendEntries(topic string, n, messages int) error {
 			publishTime: int64(meta.GetPublishTime()), brokerTime: now.UnixMilli(),
 			stickyHash: hash, meta: meta, payload: payload,
 		}
-		t.lastIndex += int64(messages)
-		e.lastIndex = t.lastIndex
-		e.brokerMeta = t.brokerEntryMeta(e)
-		l.entries++
-		if l.entries >= b.opts.EntriesPerLedger {
-			l.closed = now
-		}
-		l.size += int64(len(data))
-		t.size += int64(len(data))
-		t.msgIn += int64(messages)
-		t.entries = append(t.entries, e)
+		t.storeLocked(l, e, now)
 	}
 	for _, s := range t.subs {
 		s.dispatch()

@@ -175,21 +175,27 @@ func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.Mess
 		meta:        meta,
 		payload:     payload,
 	}
-	t.lastIndex += int64(messages)
+	t.storeLocked(l, e, now)
+	for _, s := range t.subs {
+		s.dispatch()
+	}
+	return t.idOf(len(t.entries) - 1), nil
+}
+
+// storeLocked appends e to ledger l as the next entry: its broker-entry index and metadata,
+// the ledger's rollover, and the topic's counters. Callers hold t.mu and dispatch afterwards.
+func (t *topic) storeLocked(l *ledgerInfo, e *entry, now time.Time) {
+	t.lastIndex += int64(e.messages)
 	e.lastIndex = t.lastIndex
 	e.brokerMeta = t.brokerEntryMeta(e)
 	l.entries++
 	if l.entries >= t.b.opts.EntriesPerLedger {
 		l.closed = now // a full ledger is closed at once; the next append opens a new one
 	}
-	l.size += int64(len(data))
-	t.size += int64(len(data))
-	t.msgIn += int64(messages)
+	l.size += int64(len(e.data))
+	t.size += int64(len(e.data))
+	t.msgIn += int64(e.messages)
 	t.entries = append(t.entries, e)
-	for _, s := range t.subs {
-		s.dispatch()
-	}
-	return t.idOf(len(t.entries) - 1), nil
 }
 
 func (t *topic) brokerEntryMeta(e *entry) []byte {
