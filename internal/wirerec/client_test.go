@@ -359,3 +359,38 @@ func TestPartitionedTopicByBaseName(t *testing.T) {
 		t.Fatalf("a prefix of the name matched %d messages", got)
 	}
 }
+
+// With Keep, only the named types stay in the record, but commands of a
+// subscription are still attributed to it and its SUBSCRIBE is still known.
+func TestKeepHoldsOnlyTheNamedTypes(t *testing.T) {
+	_, p := startRewritingPairKeeping(t, pb.BaseCommand_FLOW)
+	c := newClient(t, p.ServiceURL())
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "kept", SubscriptionName: "sub", Name: "kept-1", ReceiverQueueSize: 4})
+	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "kept", DisableBatching: true})
+	produce(t, prod, "m", 10)
+	receive(t, cons, 10)
+	barrier(t, p, cons)
+	all := p.Events(Filter{})
+	flows := 0
+	for _, e := range all {
+		if e.Type == pb.BaseCommand_GET_LAST_MESSAGE_ID {
+			continue // the barrier's
+		}
+		flows++
+		if e.Type != pb.BaseCommand_FLOW {
+			t.Fatalf("kept a %s event: %+v", e.Type, e)
+		}
+		if e.Consumer == nil || e.Consumer.Name != "kept-1" || e.Consumer.Subscription != "sub" {
+			t.Fatalf("FLOW not attributed to its subscription: %+v", e.Consumer)
+		}
+	}
+	if flows == 0 {
+		t.Fatal("no FLOW kept")
+	}
+	if subs := p.Consumers(Filter{Subscription: "sub"}); len(subs) != 1 {
+		t.Fatalf("consumers %+v, want the one SUBSCRIBE", subs)
+	}
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -252,3 +252,10 @@ func writeInPieces(t testing.TB, nc net.Conn, data []byte, piece int) {
 		data = data[n:]
 	}
 }
+
+// startRewritingPairKeeping is startRewritingPair with a record that keeps only these types.
+func startRewritingPairKeeping(t testing.TB, keep ...pb.BaseCommand_Type) (*pulsartest.Broker, *Proxy) {
+	t.Helper()
+	b := pulsartest.Start(t)
+	return b, StartT(t, b.ServiceURL(), Options{RewriteLookups: true, Keep: keep})
+}

@@ -37,6 +37,13 @@ type Options struct {
 	// MaxEvents bounds the record; 0 means 1<<20. Check reports an overflow.
 	MaxEvents int
 
+	// Keep, when set, keeps only events of these types in the record, so
+	// that a long run can hold what it checks (its FLOWs, say) without every
+	// MESSAGE and ACK. Every frame is still decoded: consumers are tracked
+	// and problems reported as without it. GET_LAST_MESSAGE_ID is always
+	// kept, for Barrier.
+	Keep []pb.BaseCommand_Type
+
 	// DialTimeout bounds connecting to a broker; 0 means 10 s.
 	DialTimeout time.Duration
 }

@@ -272,6 +272,9 @@ func (p *Proxy) record(e Event, consumerID *uint64) {
 	if e.Type == pb.BaseCommand_CLOSE_CONSUMER && e.Consumer != nil {
 		p.closedCs[e.Consumer] = true
 	}
+	if len(p.opts.Keep) > 0 && !containsType(p.opts.Keep, e.Type) && e.Type != pb.BaseCommand_GET_LAST_MESSAGE_ID {
+		return
+	}
 	if len(p.events) >= p.opts.MaxEvents {
 		p.dropped++
 		return
