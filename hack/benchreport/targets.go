@@ -41,6 +41,10 @@ var targets = []Target{
 	{Text: "New matched pod reached by the controller, p99 (context)", Benchmark: `^BenchmarkNewPodReached$`, Unit: "p99-ms"},
 	{Text: "Schedule math: worst accepted spec per evaluation, p99 <= 5 ms", Benchmark: `^BenchmarkWorstAcceptedSchedule$`, Unit: "p99-ms", Cmp: "<=", Threshold: 5},
 	{Text: "Hostile clients: authenticated push with 500 slow-body connections open, p99 <= 1 s", Benchmark: `^BenchmarkPushUnderSlowClients`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Chaos, long run: >= 1000 random operations", Benchmark: `^BenchmarkLongRun$`, Unit: "operations", Cmp: ">=", Threshold: 1000},
+	{Text: "Chaos, long run: >= 100k messages", Benchmark: `^BenchmarkLongRun$`, Unit: "messages", Cmp: ">=", Threshold: 100_000},
+	{Text: "Chaos, long run: 0 invariant violations", Benchmark: `^BenchmarkLongRun$`, Unit: "violations", Cmp: "<=", Threshold: 0},
+	{Text: "Chaos, long run: convergence after the last operation (context)", Benchmark: `^BenchmarkLongRun$`, Unit: "converge-ms"},
 	{Text: "Test broker produce+consume throughput (context; the consume benchmarks drain a pre-produced backlog instead)", Benchmark: `^BenchmarkProduceConsume/`, Unit: "msgs/s"},
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 // flowGrace is how long after a pause took effect a FLOW may still arrive: one the client
@@ -223,15 +224,19 @@ func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[s
 	return problems
 }
 
-// checkFlows checks the FLOW record: after a pause took effect (plus flowGrace) a consumer
-// sends no FLOW, except the initial grant of a re-subscribe after a reconnect; after a stop,
-// none at all.
+// checkFlows checks the FLOWs the consumers sent, as the wire recorder saw them: after a pause
+// took effect (plus flowGrace) a consumer sends no FLOW, except the initial grant of a
+// re-subscribe after a reconnect; after a stop, none at all. A FLOW sent after its
+// subscription's CLOSE_CONSUMER is left out: the broker ignores it.
 func (w *world) checkFlows(rep *Report) {
 	for _, g := range w.groups {
 		for _, topic := range g.topics {
-			for _, f := range w.broker.Flows(topicRoot+topic, g.subscription) {
+			for _, f := range w.wire.Flows(wirerec.Filter{Topic: topicRoot + topic, Subscription: g.subscription}) {
+				if f.AfterClose {
+					continue
+				}
 				rep.FlowsChecked++
-				iv, tc, ok := w.mon.stateAt(f.ConsumerName, f.Time)
+				iv, tc, ok := w.mon.stateAt(f.Consumer.Name, f.Time)
 				if !ok || iv.state == protocol.Running || f.Time.Before(iv.from.Add(flowGrace)) {
 					continue
 				}
@@ -240,9 +245,12 @@ func (w *world) checkFlows(rep *Report) {
 					continue
 				}
 				w.violateAt("flow-permits", fmt.Sprintf("FLOW(%d) from %s on %s, %s after it became %s (grant %d)",
-					f.Permits, f.ConsumerName, f.Topic, f.Time.Sub(iv.from).Round(time.Millisecond), iv.state, tc.group.grant()), f.Time)
+					f.Permits, f.Consumer.Name, f.Consumer.Topic, f.Time.Sub(iv.from).Round(time.Millisecond), iv.state, tc.group.grant()), f.Time)
 			}
 		}
+	}
+	if err := w.wire.Check(); err != nil {
+		w.violate("wire", err.Error())
 	}
 }
 

@@ -14,8 +14,10 @@
 //     generation;
 //   - seeks: every seek id ends Succeeded or Failed, and each agent process resets each
 //     cursor at most once per seek id;
-//   - FLOW permits while paused: none more than a grace period after the pause took effect,
-//     except the initial grant of a re-subscribe after a reconnect (the stated bound);
+//   - FLOW permits while paused, read from the wire recorder (internal/wirerec) every agent
+//     process's client goes through: none more than a grace period after the pause took
+//     effect, except the initial grant of a re-subscribe after a reconnect (the stated
+//     bound); and the recorder decoded every frame;
 //   - no goroutine or heap growth beyond a tolerance between checkpoints.
 //
 // What the checks cannot see: a message whose Receive began while the consumer ran and that

@@ -30,6 +30,7 @@ const (
 	opRelabel         = "pod-relabel"
 	opPodCreate       = "pod-create"
 	opPodDelete       = "pod-delete"
+	opPodTerminate    = "pod-terminate"
 	opAgentRestart    = "agent-restart"
 	opAgentHTTPDown   = "agent-http-down"
 	opControllerKill  = "controller-kill"
@@ -54,7 +55,7 @@ var weights = []struct {
 }{
 	{opSpecState, 14}, {opOverrideSet, 5}, {opOverrideLift, 4}, {opOverrideExpire, 3},
 	{opWindowAdd, 4}, {opWindowRemove, 3}, {opClockAdvance, 5}, {opSeek, 7},
-	{opSelector, 3}, {opRelabel, 6}, {opPodCreate, 4}, {opPodDelete, 4},
+	{opSelector, 3}, {opRelabel, 6}, {opPodCreate, 4}, {opPodDelete, 4}, {opPodTerminate, 3},
 	{opAgentRestart, 4}, {opAgentHTTPDown, 4}, {opControllerKill, 3}, {opBrokerDrop, 3},
 	{opTopicUnload, 4}, {opAdminFault, 3}, {opBrokerLatency, 2},
 }
@@ -211,6 +212,8 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 		return e.podCreate(ctx, g)
 	case opPodDelete:
 		return e.podDelete(ctx, a)
+	case opPodTerminate:
+		return e.podTerminate(ctx, i, a, 1+b%faultSpanOps)
 	case opAgentRestart:
 		p := e.pick(a)
 		if p == nil {
@@ -491,6 +494,24 @@ func (e *engine) podDelete(ctx context.Context, n int) (string, error) {
 		return p.name + ": last of its group, kept", nil
 	}
 	return p.name, e.w.deletePod(ctx, p)
+}
+
+// podTerminate deletes a pod that a finalizer holds, as a pod in its termination grace period:
+// its process keeps running, with the state it has, for span operations, then ends and the
+// finalizer goes.
+func (e *engine) podTerminate(ctx context.Context, i, n, span int) (string, error) {
+	p := e.pick(n)
+	if p == nil {
+		return "no pod", nil
+	}
+	if e.w.podsOf(p.group) <= 1 {
+		return p.name + ": last of its group, kept", nil
+	}
+	if err := e.w.terminatePod(ctx, p); err != nil {
+		return p.name, err
+	}
+	e.healAt(i+span, func() { e.w.finishTermination(context.Background(), p) })
+	return fmt.Sprintf("%s for %d ops", p.name, span), nil
 }
 
 func (e *engine) killController() (string, error) {

@@ -361,7 +361,7 @@ func (r *Report) print(out io.Writer) {
 	fmt.Fprintf(out, "operations %d: %s\n", total, strings.Join(kinds, " "))
 	fmt.Fprintf(out, "messages produced %d, deliveries %d (distinct %d, replays and redeliveries %d)\n",
 		r.Produced, r.Deliveries, r.Distinct, r.Deliveries-r.Distinct)
-	fmt.Fprintf(out, "seeks %d %v; receives that began gated %d; FLOWs %d, %d of them while gated\n",
+	fmt.Fprintf(out, "seeks %d %v; receives that began gated %d; FLOWs on the wire %d, %d of them while gated\n",
 		r.Seeks, r.SeekOutcomes, r.GatedReceives, r.FlowsChecked, r.FlowsWhileGated)
 	fmt.Fprintf(out, "convergence after the last operation %s, after the final Running %s, drain %s, run %s\n",
 		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))

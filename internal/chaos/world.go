@@ -23,7 +23,9 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 const (
@@ -34,6 +36,9 @@ const (
 	tierLabel  = "tier"
 	idleSuffix = "-idle"
 )
+
+// maxWireEvents bounds the wire record: a long run (100k messages) sends under 100k FLOWs.
+const maxWireEvents = 1 << 22
 
 // groups are the consumer kinds of the run, one flow and one subscription each.
 func newGroups() []*group {
@@ -61,6 +66,7 @@ type world struct {
 	env       *envtest.Environment
 	k8s       client.Client
 	broker    *pulsartest.Broker
+	wire      *wirerec.Proxy // in front of the broker for every agent process; producers go direct
 	clock     *shiftClock
 	ctrls     *controllerSet
 	groups    []*group
@@ -76,6 +82,7 @@ type world struct {
 	goroutinesAtStart map[string]int
 	podSerial         int
 	pods              []*simPod // live, in creation order
+	terminating       []*simPod // deleted, held by a finalizer, process still running
 
 	mu         sync.Mutex
 	resets     []resetRecord
@@ -103,6 +110,12 @@ func newWorld(cfg Config) (*world, error) {
 	}
 	w.ctrls = &controllerSet{cfg: restCfg, scheme: scheme, clock: w.clock}
 	if w.broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+		return w, err
+	}
+	// The recorder keeps the FLOWs the checks read; lookups are rewritten so that the
+	// consumers' topic connections go through it too.
+	if w.wire, err = wirerec.Start(w.broker.ServiceURL(), wirerec.Options{RewriteLookups: true,
+		Keep: []pulsarpb.BaseCommand_Type{pulsarpb.BaseCommand_FLOW}, MaxEvents: maxWireEvents}); err != nil {
 		return w, err
 	}
 	if err := w.broker.CreatePartitionedTopic(topicRoot+"chaos-p", 3); err != nil {
@@ -134,12 +147,15 @@ func newWorld(cfg Config) (*world, error) {
 }
 
 func (w *world) close() {
-	for _, p := range w.pods {
+	for _, p := range append(w.pods, w.terminating...) {
 		p.stop()
 	}
-	w.pods = nil
+	w.pods, w.terminating = nil, nil
 	if w.ctrls != nil {
 		w.ctrls.killAll()
+	}
+	if w.wire != nil {
+		_ = w.wire.Close()
 	}
 	if w.broker != nil {
 		_ = w.broker.Close()
@@ -150,7 +166,7 @@ func (w *world) close() {
 }
 
 func (w *world) processEnv() processEnv {
-	return processEnv{serviceURL: w.broker.ServiceURL(), adminURL: w.broker.AdminURL(), token: agentToken,
+	return processEnv{serviceURL: w.wire.ServiceURL(), adminURL: w.broker.AdminURL(), token: agentToken,
 		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives,
 		nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
@@ -214,6 +230,34 @@ func (w *world) deletePod(ctx context.Context, p *simPod) error {
 	p.stop()
 	w.pods = slices.DeleteFunc(w.pods, func(x *simPod) bool { return x == p })
 	return err
+}
+
+// terminationFinalizer holds a deleted pod, as a kubelet's grace period does.
+const terminationFinalizer = "chaos.subflow.dev/grace-period"
+
+// terminatePod deletes a pod that a finalizer holds: the Pod object is terminating and its
+// process keeps running until finishTermination.
+func (w *world) terminatePod(ctx context.Context, p *simPod) error {
+	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name}}
+	if err := w.mergePatch(ctx, obj, map[string]any{"metadata": map[string]any{"finalizers": []string{terminationFinalizer}}}); err != nil {
+		return err
+	}
+	w.pods = slices.DeleteFunc(w.pods, func(x *simPod) bool { return x == p })
+	w.terminating = append(w.terminating, p)
+	return w.k8s.Delete(ctx, obj)
+}
+
+// finishTermination ends a terminating pod's process, then lets the Pod object go.
+func (w *world) finishTermination(ctx context.Context, p *simPod) {
+	if proc := p.process(); proc != nil {
+		w.mon.forget(proc)
+	}
+	p.stop()
+	w.terminating = slices.DeleteFunc(w.terminating, func(x *simPod) bool { return x == p })
+	obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name}}
+	if err := w.mergePatch(ctx, obj, map[string]any{"metadata": map[string]any{"finalizers": nil}}); err != nil {
+		w.violate("harness", fmt.Sprintf("pod %s: removing the finalizer: %v", p.name, err))
+	}
 }
 
 // restartAgent replaces the pod's process (fresh agent state, StartGated) and reports the
