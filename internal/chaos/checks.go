@@ -177,19 +177,19 @@ func (w *world) awaitConvergence(ctx context.Context, bound time.Duration) (time
 	}
 }
 
-// seekProblems checks that every flow's latest seek completed (earlier ones had, or the next
-// was not issued) and that no agent process reset a cursor twice for one seek id.
+// seekProblems checks that every flow's latest seek completes within seekBound (earlier ones
+// had, or the next was not issued) and that no agent process reset a cursor twice for one
+// seek id.
 func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[string]string, outcome func(*subflowv1.SeekStatus)) []string {
 	var problems []string
 	for name, id := range last {
-		flow := &subflowv1.SubscriptionFlow{}
-		if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, flow); err != nil {
+		s, err := w.awaitSeek(ctx, name, id, seekBound)
+		switch {
+		case err != nil:
 			problems = append(problems, err.Error())
-			continue
-		}
-		if s := flow.Status.Seek; s == nil || s.ID != id || s.CompletionTime == nil {
-			problems = append(problems, fmt.Sprintf("flow %s: seek %s did not end Succeeded or Failed (status %+v)", name, id, s))
-		} else {
+		case s == nil || s.ID != id || s.CompletionTime == nil:
+			problems = append(problems, fmt.Sprintf("flow %s: seek %s did not end Succeeded or Failed within %s (status %+v)", name, id, seekBound, s))
+		default:
 			outcome(s)
 		}
 	}
@@ -222,6 +222,23 @@ func (w *world) seekProblems(ctx context.Context, seeks []seekIssued, last map[s
 		}
 	}
 	return problems
+}
+
+// awaitSeek polls the flow's status until the seek has completed or the bound passes, and
+// returns the last seek status read.
+func (w *world) awaitSeek(ctx context.Context, name, id string, bound time.Duration) (*subflowv1.SeekStatus, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		flow := &subflowv1.SubscriptionFlow{}
+		if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, flow); err != nil {
+			return nil, err
+		}
+		s := flow.Status.Seek
+		if (s != nil && s.ID == id && s.CompletionTime != nil) || time.Now().After(deadline) || ctx.Err() != nil {
+			return s, nil
+		}
+		_ = sleepUntil(ctx, time.Now().Add(250*time.Millisecond))
+	}
 }
 
 // checkFlows checks the FLOWs the consumers sent, as the wire recorder saw them: after a pause

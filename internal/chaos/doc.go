@@ -1,7 +1,8 @@
 // Package chaos runs a seeded, reproducible sequence of random operations over the whole
-// system - the envtest API server, the test broker with its faults, the real controller
-// manager and simulated pods, each with a real agent and real pulsar-client-go consumers - and
-// checks invariants while it runs and at the end:
+// system - the envtest API server, a two-broker test cluster with its faults (topics move
+// between the brokers; clients follow lookups, agents follow admin redirects to the owner),
+// the real controller manager and simulated pods, each with a real agent and real
+// pulsar-client-go consumers - and checks invariants while it runs and at the end:
 //
 //   - strict pause: no message reaches an application while its consumer is continuously
 //     Paused or Stopped (the agent's own state and its change timestamp, read before the

@@ -36,6 +36,7 @@ const (
 	opControllerKill  = "controller-kill"
 	opBrokerDrop      = "broker-drop-connections"
 	opTopicUnload     = "topic-unload"
+	opTopicMove       = "topic-move"
 	opAdminFault      = "admin-fault"
 	opBrokerLatency   = "broker-latency"
 	opControllerHA    = "controller-ha" // not drawn: the run switches to two replicas and back
@@ -57,7 +58,7 @@ var weights = []struct {
 	{opWindowAdd, 4}, {opWindowRemove, 3}, {opClockAdvance, 5}, {opSeek, 7},
 	{opSelector, 3}, {opRelabel, 6}, {opPodCreate, 4}, {opPodDelete, 4}, {opPodTerminate, 3},
 	{opAgentRestart, 4}, {opAgentHTTPDown, 4}, {opControllerKill, 3}, {opBrokerDrop, 3},
-	{opTopicUnload, 4}, {opAdminFault, 3}, {opBrokerLatency, 2},
+	{opTopicUnload, 3}, {opTopicMove, 3}, {opAdminFault, 3}, {opBrokerLatency, 2},
 }
 
 func drawKind(rng *rand.Rand) string {
@@ -112,6 +113,7 @@ type engine struct {
 	// seekOutcomes counts seeks by how they ended: succeeded, failed, or skipped (not issued
 	// while the flow's previous seek ran).
 	seekOutcomes map[string]int
+	seekFailures map[string]int       // failed seeks by message
 	overdue      map[string]bool      // seeks already reported as not finishing in time
 	unmatched    map[string]time.Time // flow -> when it was last seen matching no pod
 }
@@ -134,12 +136,13 @@ func (e *engine) seekOutcome(s *subflowv1.SeekStatus) {
 		e.seekOutcomes["succeeded"]++
 	} else {
 		e.seekOutcomes["failed"]++
+		e.seekFailures[s.Message]++
 	}
 }
 
 func newEngine(w *world, seed uint64) *engine {
 	return &engine{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), heals: map[int][]func(){},
-		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{},
+		lastSeek: map[string]string{}, counts: map[string]int{}, seekOutcomes: map[string]int{}, seekFailures: map[string]int{},
 		overdue: map[string]bool{}, unmatched: map[string]time.Time{}}
 }
 
@@ -232,15 +235,23 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opControllerKill:
 		return e.killController()
 	case opBrokerDrop:
+		k := a % brokers
 		e.w.reconnectEvent() // before the fault: consumers may re-subscribe before it returns
-		e.w.producers.aroundFault(e.w.broker.DropConnections)
-		return "all connections", nil
+		e.w.producers.aroundFault(e.w.cluster.Broker(k).DropConnections)
+		return fmt.Sprintf("every connection to broker %d", k), nil
 	case opTopicUnload:
 		topic := producedTopics[a%len(producedTopics)]
 		e.w.reconnectEvent()
 		var err error
 		e.w.producers.aroundFault(func() { err = e.w.broker.UnloadTopic(topicRoot + topic) })
 		return topic, err
+	case opTopicMove:
+		topic := producedTopics[a%len(producedTopics)]
+		to := b % brokers
+		e.w.reconnectEvent()
+		var err error
+		e.w.producers.aroundFault(func() { err = e.w.cluster.MoveTopic(topicRoot+topic, to) })
+		return fmt.Sprintf("%s to broker %d", topic, to), err
 	case opAdminFault:
 		span := 1 + b%faultSpanOps
 		var detail string
@@ -257,8 +268,13 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opBrokerLatency:
 		d := time.Duration(20+a%280) * time.Millisecond
 		span := 1 + b%3
-		e.w.broker.SetLatency(d)
-		e.healAt(i+span, func() { e.w.broker.SetLatency(0) })
+		setLatency := func(d time.Duration) {
+			for _, b := range e.w.cluster.Brokers() {
+				b.SetLatency(d)
+			}
+		}
+		setLatency(d)
+		e.healAt(i+span, func() { setLatency(0) })
 		return fmt.Sprintf("%s for %d ops", d, span), nil
 	}
 	return "", fmt.Errorf("unknown operation %q", kind)

@@ -71,18 +71,20 @@ type trackedConsumer struct {
 
 // processEnv is what an agent process needs from the world.
 type processEnv struct {
-	serviceURL, adminURL, token string
-	faults                      *adminFaults
-	ledger                      *ledger
-	onReset                     func(resetRecord)
-	onViolation                 func(kind, detail string)
-	gatedReceives               *atomic.Int64 // messages a Receive called while gated returned
-	nextInstance                func() int
+	serviceURL, token string
+	adminURLs         []string // every broker's, the leader's first
+	faults            *adminFaults
+	ledger            *ledger
+	onReset           func(resetRecord)
+	onViolation       func(kind, detail string)
+	gatedReceives     *atomic.Int64 // messages a Receive called while gated returned
+	adminRedirects    *atomic.Int64 // 307s to the owner's admin URL, rewritten to the proxy
+	nextInstance      func() int
 }
 
 func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
 	id := env.nextInstance()
-	admin, err := newAdminProxy(env.adminURL, id, env.faults, env.onReset)
+	admin, err := newAdminProxy(env.adminURLs, id, env.faults, env.onReset, env.adminRedirects)
 	if err != nil {
 		return nil, err
 	}

@@ -122,53 +122,92 @@ type resetRecord struct {
 	At           time.Time
 }
 
-// adminProxy sits between one agent process and the broker's admin API: it injects the
-// faults in force and records every reset-cursor call, which is how a seek moves a cursor.
+// adminProxy sits between one agent process and the brokers' admin APIs, one listener per
+// broker: it injects the faults in force and records every reset-cursor call a broker carried
+// out, which is how a seek moves a cursor. A broker that does not own a topic answers 307 to
+// the owner's admin URL; the proxy points that Location at its own listener for the owner, so
+// that the agent follows the redirect itself and the call is still seen.
 type adminProxy struct {
-	srv *http.Server
-	ln  net.Listener
+	servers []*http.Server
+	lns     []net.Listener
 }
 
-func newAdminProxy(brokerAdmin string, instance int, faults *adminFaults, record func(resetRecord)) (*adminProxy, error) {
-	target, err := url.Parse(brokerAdmin)
-	if err != nil {
-		return nil, err
+func newAdminProxy(brokerAdmins []string, instance int, faults *adminFaults, record func(resetRecord), redirects *atomic.Int64) (*adminProxy, error) {
+	p := &adminProxy{}
+	targets := make([]*url.URL, len(brokerAdmins))
+	for i, admin := range brokerAdmins {
+		var err error
+		if targets[i], err = url.Parse(admin); err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.lns = append(p.lns, ln)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	// Location host of broker i -> this proxy's listener i.
+	rewrite := map[string]string{}
+	for i, t := range targets {
+		rewrite[t.Host] = p.lns[i].Addr().String()
 	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.ErrorLog = log.New(io.Discard, "", 0) // a cut request is the fault itself, not news
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d := time.Duration(faults.latency.Load()); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-r.Context().Done():
+	for i, target := range targets {
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.ErrorLog = log.New(io.Discard, "", 0) // a cut request is the fault itself, not news
+		rp.ModifyResponse = func(resp *http.Response) error {
+			if loc, err := url.Parse(resp.Header.Get("Location")); err == nil && rewrite[loc.Host] != "" {
+				loc.Host = rewrite[loc.Host]
+				resp.Header.Set("Location", loc.String())
+				redirects.Add(1)
+			}
+			// A reset the broker carried out; a redirected one is seen again at the owner.
+			if at, ok := resp.Request.Context().Value(resetStarted{}).(time.Time); ok && resp.StatusCode < 300 {
+				record(resetRecord{Instance: instance, Subscription: subscriptionOfPath(resp.Request.URL.Path), Path: resp.Request.URL.Path, At: at})
+			}
+			return nil
+		}
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if d := time.Duration(faults.latency.Load()); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-r.Context().Done():
+					return
+				}
+			}
+			if faults.failing.Load() {
+				http.Error(w, `{"reason":"injected admin fault"}`, http.StatusServiceUnavailable)
 				return
 			}
-		}
-		if faults.failing.Load() {
-			http.Error(w, `{"reason":"injected admin fault"}`, http.StatusServiceUnavailable)
-			return
-		}
-		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/resetcursor") {
-			record(resetRecord{Instance: instance, Subscription: subscriptionOfPath(r.URL.Path), Path: r.URL.Path, At: time.Now()})
-		}
-		rp.ServeHTTP(w, r)
-	})
-	p := &adminProxy{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
-	go func() { _ = p.srv.Serve(ln) }()
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/resetcursor") {
+				// Its consumers are disconnected while the call runs: the record keeps its start.
+				r = r.WithContext(context.WithValue(r.Context(), resetStarted{}, time.Now()))
+			}
+			rp.ServeHTTP(w, r)
+		})
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		p.servers = append(p.servers, srv)
+		go func() { _ = srv.Serve(p.lns[i]) }()
+	}
 	return p, nil
 }
 
-func (p *adminProxy) url() string { return "http://" + p.ln.Addr().String() }
+// resetStarted keys the start time of a reset-cursor call in its request's context.
+type resetStarted struct{}
+
+// url is the admin URL the agent is configured with: broker 0's, the leader's.
+func (p *adminProxy) url() string { return "http://" + p.lns[0].Addr().String() }
 
 func (p *adminProxy) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = p.srv.Shutdown(ctx)
-	_ = p.srv.Close()
+	for _, srv := range p.servers {
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+	}
+	for _, ln := range p.lns[len(p.servers):] {
+		_ = ln.Close() // not yet served
+	}
 }
 
 // subscriptionOfPath takes the subscription out of .../subscription/{sub}/resetcursor[/...].

@@ -61,7 +61,9 @@ type Report struct {
 	FlowsChecked, FlowsWhileGated   int
 	Seeks                           int
 	SeekOutcomes                    map[string]int
-	GatedReceives                   int64 // checked by the strict-pause rule
+	SeekFailures                    map[string]int // by message
+	AdminRedirects                  int64          // admin calls a broker redirected to the topic's owner
+	GatedReceives                   int64          // checked by the strict-pause rule
 	Violations                      []violation
 	ViolationCounts                 map[string]int
 	Converge, FinalConverge, Drain  time.Duration
@@ -97,7 +99,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(began)
 	rep.Ops = e.counts
-	rep.Seeks, rep.SeekOutcomes = len(e.seeks), e.seekOutcomes
+	rep.Seeks, rep.SeekOutcomes, rep.SeekFailures = len(e.seeks), e.seekOutcomes, e.seekFailures
+	rep.AdminRedirects = w.adminRedirects.Load()
 	rep.GatedReceives = w.gatedReceives.Load()
 	rep.Produced, rep.Deliveries, rep.Distinct = w.ledger.totals()
 	rep.ControllerReplicas, rep.AgentStarts = w.ctrls.nextID, int(w.instances.Load())
@@ -363,6 +366,10 @@ func (r *Report) print(out io.Writer) {
 		r.Produced, r.Deliveries, r.Distinct, r.Deliveries-r.Distinct)
 	fmt.Fprintf(out, "seeks %d %v; receives that began gated %d; FLOWs on the wire %d, %d of them while gated\n",
 		r.Seeks, r.SeekOutcomes, r.GatedReceives, r.FlowsChecked, r.FlowsWhileGated)
+	for _, msg := range slices.Sorted(maps.Keys(r.SeekFailures)) {
+		fmt.Fprintf(out, "    seek failed %dx: %s\n", r.SeekFailures[msg], msg)
+	}
+	fmt.Fprintf(out, "admin calls redirected to the topic's owner and followed by the agent: %d\n", r.AdminRedirects)
 	fmt.Fprintf(out, "convergence after the last operation %s, after the final Running %s, drain %s, run %s\n",
 		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(out, "goroutines %d -> %d, heap %.1f -> %.1f MiB, controller replicas %d, agent processes %d\n",

@@ -2,6 +2,11 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,4 +164,58 @@ func TestFlowAllowed(t *testing.T) {
 
 func consumerWithQueue(n int) pulsar.ConsumerOptions {
 	return pulsar.ConsumerOptions{ReceiverQueueSize: n}
+}
+
+// A reset-cursor call that the first broker redirects to the owner is followed by the client
+// through the proxy and recorded once, when the owner carries it out; a refused one is not.
+func TestAdminProxyRecordsAResetOnceAcrossARedirect(t *testing.T) {
+	var ownerCalls atomic.Int64
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ownerCalls.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer owner.Close()
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, owner.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	defer leader.Close()
+	var resets []resetRecord
+	var mu sync.Mutex
+	var redirects atomic.Int64
+	faults := &adminFaults{}
+	p, err := newAdminProxy([]string{leader.URL, owner.URL}, 7, faults, func(r resetRecord) {
+		mu.Lock()
+		defer mu.Unlock()
+		resets = append(resets, r)
+	}, &redirects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	reset := func() int {
+		resp, err := http.Post(p.url()+"/admin/v2/persistent/public/default/t/subscription/s/resetcursor/5", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := reset(); code != http.StatusNoContent {
+		t.Fatalf("status %d, want the owner's 204", code)
+	}
+	mu.Lock()
+	got := slices.Clone(resets)
+	mu.Unlock()
+	if len(got) != 1 || got[0].Subscription != "s" || got[0].Instance != 7 || ownerCalls.Load() != 1 || redirects.Load() != 1 {
+		t.Fatalf("resets %+v, owner calls %d, redirects %d: want one of each", got, ownerCalls.Load(), redirects.Load())
+	}
+	faults.failing.Store(true)
+	if code := reset(); code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d under an injected fault, want 503", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resets) != 1 {
+		t.Fatalf("a refused reset was recorded: %+v", resets)
+	}
 }

@@ -37,6 +37,9 @@ const (
 	idleSuffix = "-idle"
 )
 
+// brokers in the test cluster.
+const brokers = 2
+
 // maxWireEvents bounds the wire record: a long run (100k messages) sends under 100k FLOWs.
 const maxWireEvents = 1 << 22
 
@@ -65,8 +68,9 @@ type world struct {
 	cfg       Config
 	env       *envtest.Environment
 	k8s       client.Client
-	broker    *pulsartest.Broker
-	wire      *wirerec.Proxy // in front of the broker for every agent process; producers go direct
+	cluster   *pulsartest.Cluster
+	broker    *pulsartest.Broker // the leader, broker 0: the producers' service URL
+	wire      *wirerec.Proxy     // in front of the broker for every agent process; producers go direct
 	clock     *shiftClock
 	ctrls     *controllerSet
 	groups    []*group
@@ -76,8 +80,9 @@ type world struct {
 	producers producers
 	start     time.Time
 
-	instances     atomic.Int64
-	gatedReceives atomic.Int64
+	instances      atomic.Int64
+	gatedReceives  atomic.Int64
+	adminRedirects atomic.Int64
 
 	goroutinesAtStart map[string]int
 	podSerial         int
@@ -109,9 +114,12 @@ func newWorld(cfg Config) (*world, error) {
 		return w, err
 	}
 	w.ctrls = &controllerSet{cfg: restCfg, scheme: scheme, clock: w.clock}
-	if w.broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+	// Two brokers: topics move between them, clients follow lookups and admin calls follow
+	// 307 redirects to the owner.
+	if w.cluster, err = pulsartest.NewCluster(brokers, pulsartest.Options{}); err != nil {
 		return w, err
 	}
+	w.broker = w.cluster.Broker(0)
 	// The recorder keeps the FLOWs the checks read; lookups are rewritten so that the
 	// consumers' topic connections go through it too.
 	if w.wire, err = wirerec.Start(w.broker.ServiceURL(), wirerec.Options{RewriteLookups: true,
@@ -157,8 +165,8 @@ func (w *world) close() {
 	if w.wire != nil {
 		_ = w.wire.Close()
 	}
-	if w.broker != nil {
-		_ = w.broker.Close()
+	if w.cluster != nil {
+		_ = w.cluster.Close()
 	}
 	if w.env != nil {
 		_ = w.env.Stop()
@@ -166,8 +174,12 @@ func (w *world) close() {
 }
 
 func (w *world) processEnv() processEnv {
-	return processEnv{serviceURL: w.wire.ServiceURL(), adminURL: w.broker.AdminURL(), token: agentToken,
-		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives,
+	var admins []string
+	for _, b := range w.cluster.Brokers() {
+		admins = append(admins, b.AdminURL())
+	}
+	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: admins, token: agentToken,
+		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, adminRedirects: &w.adminRedirects,
 		nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
 
