@@ -357,6 +357,10 @@ func (e *engine) advanceClock(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
+// windowZones are the windows' time zones; Europe/Berlin has a daylight-saving gap ahead of
+// the clock's start.
+var windowZones = []string{"UTC", "Europe/Berlin"}
+
 func (e *engine) windowAdd(ctx context.Context, g *group, minute, minutes int, paused bool) (string, error) {
 	flow, err := e.getFlow(ctx, g)
 	if err != nil {
@@ -369,10 +373,10 @@ func (e *engine) windowAdd(ctx context.Context, g *group, minute, minutes int, p
 	if paused {
 		state = subflowv1.StatePaused
 	}
-	win := subflowv1.MaintenanceWindow{Schedule: fmt.Sprintf("%d * * * *", minute), TimeZone: "UTC", State: state,
+	win := subflowv1.MaintenanceWindow{Schedule: fmt.Sprintf("%d * * * *", minute), TimeZone: windowZones[minutes%len(windowZones)], State: state,
 		Duration: metav1.Duration{Duration: time.Duration(minutes) * time.Minute}}
 	windows := append(flow.Spec.MaintenanceWindows, win)
-	return fmt.Sprintf("%s: %q for %dm %s", g.name, win.Schedule, minutes, state),
+	return fmt.Sprintf("%s: %q %s for %dm %s", g.name, win.Schedule, win.TimeZone, minutes, state),
 		e.patchFlow(ctx, g, map[string]any{"spec": map[string]any{"maintenanceWindows": windows}})
 }
 

@@ -37,6 +37,11 @@ const (
 	idleSuffix = "-idle"
 )
 
+// clockStart is where the controllers' clock starts: two hours before Europe/Berlin springs
+// forward (02:00 CET to 03:00 CEST), so that a run's clock advances cross a daylight-saving
+// gap with windows in that zone in force.
+var clockStart = time.Date(2027, time.March, 27, 23, 0, 0, 0, time.UTC)
+
 // brokers in the test cluster.
 const brokers = 2
 
@@ -99,7 +104,7 @@ type world struct {
 
 func newWorld(cfg Config) (*world, error) {
 	ctrl.SetLogger(logr.Discard())
-	w := &world{cfg: cfg, clock: &shiftClock{}, groups: newGroups(), ledger: newLedger(), start: time.Now(),
+	w := &world{cfg: cfg, clock: &shiftClock{offset: time.Until(clockStart)}, groups: newGroups(), ledger: newLedger(), start: time.Now(),
 		count: map[string]int{}}
 	w.mon = newMonitor(w)
 	env, restCfg, err := testenv.Start()
