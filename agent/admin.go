@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // adminClient calls the few Pulsar admin REST endpoints seek by index needs, with plain
@@ -19,13 +21,15 @@ type adminClient struct {
 	base string
 	http *http.Client
 	auth func(*http.Request) error
+	// retryBackoff is the first wait before retrying a transient failure; it doubles.
+	retryBackoff time.Duration
 }
 
 func newAdminClient(base string, hc *http.Client, auth func(*http.Request) error, trusted []string) *adminClient {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	a := &adminClient{base: strings.TrimRight(base, "/"), auth: auth}
+	a := &adminClient{base: strings.TrimRight(base, "/"), auth: auth, retryBackoff: adminRetryBackoff}
 	withRedirects := *hc // a copy: the application's client is left as it is
 	withRedirects.CheckRedirect = a.redirectPolicy(base, trusted, hc.CheckRedirect)
 	a.http = &withRedirects
@@ -120,7 +124,56 @@ func topicPath(topic string) (string, error) {
 	return "/admin/v2/persistent/" + strings.Join(parts, "/"), nil
 }
 
+// Transient failures are retried, adminRetries times with a doubling wait: a broker answers
+// 503 while it loads or unloads a topic (ownership moving between brokers), 429 when it
+// throttles, a gateway in front of it 502 or 504, and a refused connection is a broker
+// restarting. Every call the agent makes is idempotent (reads, and a reset to a fixed
+// position), so a retry is safe; the caller's context bounds the whole.
+const (
+	adminRetries      = 5
+	adminRetryBackoff = 200 * time.Millisecond
+)
+
+func transientStatus(code int) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+func transientError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// do sends a request, retrying transient failures; the answer is the last one.
 func (a *adminClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	wait := a.retryBackoff
+	for attempt := 0; ; attempt++ {
+		resp, err := a.send(ctx, method, path, body)
+		transient := (err != nil && transientError(err)) || (err == nil && transientStatus(resp.StatusCode))
+		if !transient || attempt == adminRetries {
+			return resp, err
+		}
+		last := err
+		if resp != nil {
+			last = &adminError{Status: resp.StatusCode, Path: path, Reason: reasonOf(resp.Body)}
+			resp.Body.Close()
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w (while retrying: %w)", ctx.Err(), last)
+		}
+		wait *= 2
+	}
+}
+
+// send makes one request.
+func (a *adminClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
