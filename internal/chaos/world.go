@@ -75,7 +75,7 @@ type world struct {
 	k8s       client.Client
 	cluster   *pulsartest.Cluster
 	broker    *pulsartest.Broker // the leader, broker 0: the producers' service URL
-	wire      *wirerec.Proxy     // in front of the broker for every agent process; producers go direct
+	wire      *wirerec.Proxy     // in front of the brokers for every agent process; producers go direct
 	clock     *shiftClock
 	ctrls     *controllerSet
 	groups    []*group
@@ -160,7 +160,7 @@ func newWorld(cfg Config) (*world, error) {
 }
 
 func (w *world) close() {
-	for _, p := range append(w.pods, w.terminating...) {
+	for _, p := range slices.Concat(w.pods, w.terminating) {
 		p.stop()
 	}
 	w.pods, w.terminating = nil, nil
