@@ -22,7 +22,8 @@ type Target struct {
 func probeBound(entries float64) float64 { return 2*math.Log2(entries) + 8 }
 
 var targets = []Target{
-	{Text: "Gate overhead: agent / raw consumer throughput, interleaved rounds", Benchmark: `^BenchmarkConsumeInterleaved$`, Unit: "agent/raw", Cmp: ">=", Threshold: 0.98},
+	{Text: "Gate overhead: agent / raw consumer throughput, median of interleaved rounds", Benchmark: `^BenchmarkConsumeInterleaved$`, Unit: "agent/raw", Cmp: ">=", Threshold: 0.98},
+	{Text: "Gate overhead: agent / raw consumer throughput, total of interleaved rounds (context)", Benchmark: `^BenchmarkConsumeInterleaved$`, Unit: "agent/raw-total"},
 	// Separate runs are too noisy here to judge a 2% target; the interleaved rounds decide.
 	{Text: "Gate overhead: agent / raw consumer throughput, separate runs (context)", Benchmark: `^BenchmarkConsume/agent$`, Over: `^BenchmarkConsume/raw$`, Unit: "msgs/s"},
 	{Text: "Pause propagation, 100 pods: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 250},
