@@ -133,13 +133,15 @@ type adminProxy struct {
 }
 
 func newAdminProxy(brokerAdmins []string, instance int, faults *adminFaults, record func(resetRecord), redirects *atomic.Int64) (*adminProxy, error) {
-	p := &adminProxy{}
 	targets := make([]*url.URL, len(brokerAdmins))
 	for i, admin := range brokerAdmins {
 		var err error
 		if targets[i], err = url.Parse(admin); err != nil {
 			return nil, err
 		}
+	}
+	p := &adminProxy{}
+	for range targets {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			p.close()
