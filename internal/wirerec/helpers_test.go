@@ -36,8 +36,7 @@ func startPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
 // and a recorder that rewrites lookup answers to stay in the path.
 func startRewritingPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
 	t.Helper()
-	b := pulsartest.Start(t)
-	return b, StartT(t, b.ServiceURL(), Options{RewriteLookups: true})
+	return startRewritingPairKeeping(t)
 }
 
 func newClient(t testing.TB, url string) pulsar.Client {
@@ -253,7 +252,8 @@ func writeInPieces(t testing.TB, nc net.Conn, data []byte, piece int) {
 	}
 }
 
-// startRewritingPairKeeping is startRewritingPair with a record that keeps only these types.
+// startRewritingPairKeeping is startRewritingPair with a record that keeps only these types
+// (every type when none is named).
 func startRewritingPairKeeping(t testing.TB, keep ...pb.BaseCommand_Type) (*pulsartest.Broker, *Proxy) {
 	t.Helper()
 	b := pulsartest.Start(t)
