@@ -259,3 +259,15 @@ func startRewritingPairKeeping(t testing.TB, keep ...pb.BaseCommand_Type) (*puls
 	b := pulsartest.Start(t)
 	return b, StartT(t, b.ServiceURL(), Options{RewriteLookups: true, Keep: keep})
 }
+
+// startUnchecked starts a proxy closed when the test ends, for tests that expect Check to
+// report problems (StartT would fail them).
+func startUnchecked(t testing.TB, upstream string, opts ...Options) *Proxy {
+	t.Helper()
+	p, err := Start(upstream, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}

@@ -117,11 +117,7 @@ func TestReadFrameOneByteAtATime(t *testing.T) {
 // says what happened.
 func TestBrokerClosesMidFrame(t *testing.T) {
 	f := startFakeBroker(t)
-	p, err := Start(f.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := startUnchecked(t, f.ln.Addr().String())
 	client := dial(t, p.Addr())
 	writeAll(t, client, connectFrame(t))
 	broker := f.accept(t)
@@ -148,11 +144,7 @@ func TestBrokerClosesMidFrame(t *testing.T) {
 // A client that goes away in the middle of a frame: same, the other way.
 func TestClientClosesMidFrame(t *testing.T) {
 	f := startFakeBroker(t)
-	p, err := Start(f.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := startUnchecked(t, f.ln.Addr().String())
 	client := dial(t, p.Addr())
 	sent := slices3(connectFrame(t), flowFrame(t, 1, 10)[:5])
 	writeAll(t, client, sent)
@@ -172,11 +164,7 @@ func TestClientClosesMidFrame(t *testing.T) {
 // reported; a frame whose command does not decode is forwarded and reported.
 func TestGarbageIsForwardedAndReported(t *testing.T) {
 	f := startFakeBroker(t)
-	p, err := Start(f.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := startUnchecked(t, f.ln.Addr().String())
 	client := dial(t, p.Addr())
 
 	badCommand := []byte{0, 0, 0, 7, 0, 0, 0, 3, 0xff, 0xff, 0xff}
@@ -187,7 +175,7 @@ func TestGarbageIsForwardedAndReported(t *testing.T) {
 	if got := readExactly(t, broker, len(sent)); !bytes.Equal(got, sent) {
 		t.Fatal("garbage altered")
 	}
-	err = p.Check()
+	err := p.Check()
 	if err == nil || !strings.Contains(err.Error(), "undecodable frame of 11 bytes") || !strings.Contains(err.Error(), "frame size out of range") {
 		t.Fatalf("Check() = %v", err)
 	}
@@ -197,11 +185,7 @@ func TestGarbageIsForwardedAndReported(t *testing.T) {
 // dial hosts of the client's choosing.
 func TestUnknownProxyTargetRefused(t *testing.T) {
 	f := startFakeBroker(t)
-	p, err := Start(f.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := startUnchecked(t, f.ln.Addr().String())
 	client := dial(t, p.Addr())
 	writeAll(t, client, proxiedConnectFrame(t, "10.255.255.1:6650"))
 	expectEOF(t, client)
@@ -359,11 +343,7 @@ func TestStartRejectsBadUpstreams(t *testing.T) {
 // A full record stops growing and says so; traffic still flows.
 func TestFullRecordIsReported(t *testing.T) {
 	f := startFakeBroker(t)
-	p, err := Start(f.ln.Addr().String(), Options{MaxEvents: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := startUnchecked(t, f.ln.Addr().String(), Options{MaxEvents: 2})
 	client := dial(t, p.Addr())
 	sent := slices3(connectFrame(t), flowFrame(t, 1, 1), flowFrame(t, 1, 2), flowFrame(t, 1, 3))
 	writeAll(t, client, sent)
