@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testclock"
 )
 
 // parkSubscription creates the durable subscription and closes its consumer, so that what is
@@ -215,30 +215,12 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 	}
 }
 
-// testClock is a clock tests set by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
 // The reported values predict a TTL expiry: the first message is deleted by the broker's
 // expiry check exactly when oldestPublishTime + TTL has passed, not before (pulsartest's
 // clock moves, its expiry check runs on demand).
 func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 	start := time.Now().Truncate(time.Millisecond)
-	clock := &testClock{now: start}
+	clock := testclock.NewManual(start)
 	e := newEnv(t, pulsartest.Options{Clock: clock.Now, MessageExpiryCheckInterval: -1})
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,29 +14,13 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testclock"
 )
-
-// brokerClock is a broker's clock a test moves by hand.
-type brokerClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *brokerClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-func (c *brokerClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
 
 // TestBacklogAtRiskWarnsBeforeTheBrokerExpiresIt: a paused subscription under a message TTL is
 // reported at risk, with the predicted deletion time, before the broker deletes its backlog.
 func TestBacklogAtRiskWarnsBeforeTheBrokerExpiresIt(t *testing.T) {
-	clk := &brokerClock{}
+	clk := &testclock.Shifted{} // the broker's
 	b, err := pulsartest.New(pulsartest.Options{Clock: clk.Now, MessageExpiryCheckInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -89,12 +72,12 @@ func TestBacklogAtRiskWarnsBeforeTheBrokerExpiresIt(t *testing.T) {
 
 	// The prediction holds: just before it the broker deletes nothing, just after it does.
 	before := backlogOf(b, topic)
-	clk.Add(bl.DeletionTime.Sub(clk.Now()) - time.Second)
+	clk.Advance(bl.DeletionTime.Sub(clk.Now()) - time.Second)
 	b.RunExpiryCheck()
 	if n := backlogOf(b, topic); n != before {
 		t.Fatalf("backlog went from %d to %d before the predicted deletion", before, n)
 	}
-	clk.Add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	b.RunExpiryCheck()
 	if n := backlogOf(b, topic); n >= before {
 		t.Fatalf("backlog still %d after the predicted deletion", n)

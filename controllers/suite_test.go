@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 )
 
@@ -34,17 +34,8 @@ var (
 	k8s    client.Client
 	cached client.Client // the manager's client: flows and pods from its cache, as in production
 	broker *pulsartest.Broker
-	clock  = &fakeClock{now: time.Now()}
+	clock  = testclock.NewManual(time.Now()) // the reconciler's: tests move it across windows and override expiry
 )
-
-// fakeClock is the reconciler's clock; tests move it across windows and override expiry.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 // TestMain starts one real API server, one test broker and the controller for all tests.
 func TestMain(m *testing.M) {

@@ -30,6 +30,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 )
 
@@ -45,7 +46,7 @@ type world struct {
 	env      *envtest.Environment
 	k8s      client.Client
 	broker   *pulsartest.Broker
-	clock    *shiftClock
+	clock    *testclock.Shifted // the controller's: moved to show a maintenance window without waiting
 	pods     []*podsim.Pod
 	produced atomic.Int64
 	stop     []func()
@@ -66,25 +67,8 @@ func (w *world) stopProducer() {
 	})
 }
 
-// shiftClock is the controller's clock; the demo moves it to show a maintenance window
-// without waiting for one.
-type shiftClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *shiftClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *shiftClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.offset = time.Until(t) }
-
-func (c *shiftClock) Reset() { c.mu.Lock(); defer c.mu.Unlock(); c.offset = 0 }
-
 func startWorld(ctx context.Context, pods int) (*world, error) {
-	w := &world{clock: &shiftClock{}}
+	w := &world{clock: &testclock.Shifted{}}
 	step("starting a local control plane (kube-apiserver + etcd; built from source on first use)")
 	env, cfg, err := testenv.Start()
 	if err != nil {

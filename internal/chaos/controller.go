@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,26 +11,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/testclock"
 )
-
-// shiftClock is the controllers' clock: the wall clock moved forward by an offset that
-// operations advance, so that windows and override expiry can be crossed without waiting.
-type shiftClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *shiftClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *shiftClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.offset += d
-	c.mu.Unlock()
-}
 
 // replica is one controller manager process.
 type replica struct {
@@ -60,7 +41,7 @@ func (r *replica) kill() {
 type controllerSet struct {
 	cfg    *rest.Config
 	scheme *runtime.Scheme
-	clock  *shiftClock
+	clock  *testclock.Shifted
 	nextID int
 	live   []*replica
 }

@@ -347,7 +347,7 @@ func (e *engine) overrideExpire(ctx context.Context, g *group) (string, error) {
 // advanceClock moves the controllers' clock and nudges every flow (an annotation), standing in
 // for the requeue a real clock would have reached at the window boundary.
 func (e *engine) advanceClock(ctx context.Context, d time.Duration) error {
-	e.w.clock.advance(d)
+	e.w.clock.Advance(d)
 	for _, g := range e.w.groups {
 		ann := map[string]any{clockAnnotation: e.w.clock.Now().UTC().Format(time.RFC3339)}
 		if err := e.patchFlow(ctx, g, map[string]any{"metadata": map[string]any{"annotations": ann}}); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
@@ -76,7 +77,7 @@ type world struct {
 	cluster   *pulsartest.Cluster
 	broker    *pulsartest.Broker // the leader, broker 0: the producers' service URL
 	wire      *wirerec.Proxy     // in front of the brokers for every agent process; producers go direct
-	clock     *shiftClock
+	clock     *testclock.Shifted // the controllers': operations move it across windows and override expiry
 	ctrls     *controllerSet
 	groups    []*group
 	ledger    *ledger
@@ -104,7 +105,7 @@ type world struct {
 
 func newWorld(cfg Config) (*world, error) {
 	ctrl.SetLogger(logr.Discard())
-	w := &world{cfg: cfg, clock: &shiftClock{offset: time.Until(clockStart)}, groups: newGroups(), ledger: newLedger(), start: time.Now(),
+	w := &world{cfg: cfg, clock: testclock.ShiftedFrom(clockStart), groups: newGroups(), ledger: newLedger(), start: time.Now(),
 		count: map[string]int{}}
 	w.mon = newMonitor(w)
 	env, restCfg, err := testenv.Start()

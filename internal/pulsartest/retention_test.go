@@ -7,35 +7,16 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testclock"
 )
 
-// fakeClock is the injected Options.Clock: tests move time, not sleep.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // startWithClock starts a broker whose checks run only when a test calls them.
-func startWithClock(t *testing.T, clock *fakeClock, opts Options) *Broker {
+func startWithClock(t *testing.T, clock *testclock.Manual, opts Options) *Broker {
 	opts.Clock = clock.Now
 	opts.MessageExpiryCheckInterval, opts.BacklogQuotaCheckInterval = -1, -1
 	return Start(t, opts)
@@ -92,7 +73,7 @@ func parkSubscription(t *testing.T, c pulsar.Client, topic string) {
 // backlog waits (no consumer) loses the messages older than the TTL when the
 // broker's expiry check runs; the next consumer gets only the newer ones.
 func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl")
@@ -121,7 +102,7 @@ func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
 
 // A topic's messageTTL overrides its namespace's (HierarchyTopicPolicies).
 func TestTopicTTLOverridesNamespaceTTL(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	b := startWithClock(t, clock, Options{DefaultMessageTTL: 10 * time.Second})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-topic")
@@ -143,7 +124,7 @@ func TestTopicTTLOverridesNamespaceTTL(t *testing.T) {
 // The broker runs the expiry check by itself every
 // messageExpiryCheckIntervalInMinutes.
 func TestExpiryCheckRunsPeriodically(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	b := Start(t, Options{Clock: clock.Now, MessageExpiryCheckInterval: 10 * time.Millisecond, DefaultMessageTTL: time.Minute})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-tick")
@@ -229,7 +210,7 @@ func TestRetentionPolicyREST(t *testing.T) {
 // The consumer is connected but has asked for nothing (zero queue, the
 // paused case), so nothing was dispatched before the eviction.
 func TestBacklogQuotaEvictsBySize(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-size", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
@@ -264,7 +245,7 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 		{"precise", Options{PreciseTimeBasedBacklogQuotaCheck: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := testclock.NewManual(time.Now())
 			b := startWithClock(t, clock, tc.opts)
 			c := newClient(t, b)
 			parkSubscription(t, c, "quota-age")
@@ -290,7 +271,7 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 
 // A quota not exceeded, or with a producer_* policy, moves no cursor.
 func TestBacklogQuotaLeavesBacklogBelowLimitOrOtherPolicy(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "quota-keep")
@@ -309,7 +290,7 @@ func TestBacklogQuotaLeavesBacklogBelowLimitOrOtherPolicy(t *testing.T) {
 // In a cluster each broker checks the topics it owns; the policies live in
 // the shared metadata, so a namespace TTL set through any broker applies.
 func TestClusterExpiresOnTheOwner(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	cl := StartCluster(t, 2, Options{Clock: clock.Now, MessageExpiryCheckInterval: -1, BacklogQuotaCheckInterval: -1})
 	if err := cl.MoveTopic("ttl-cluster", 1); err != nil {
 		t.Fatal(err)

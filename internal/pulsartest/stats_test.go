@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testclock"
 )
 
 // activeConsumerName names the single active consumer of an Exclusive or
@@ -40,7 +42,7 @@ func TestStatsActiveConsumerName(t *testing.T) {
 // message TTL compares it) of the first unacknowledged entry, and -1 once
 // the backlog is empty.
 func TestStatsEarliestTimeIsTheBrokerTimestamp(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.NewManual(time.Now())
 	clock.Advance(-time.Hour) // the broker's time differs from the producer's
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
