@@ -13,6 +13,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 const entriesPerLedger = 7 // small, so that every topic here spans several ledgers
@@ -254,7 +255,8 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	// The broker picks the active consumer (a hash ring of the names probed with the topic
 	// name); ask it through the wire.
 	activeName := e.activeConsumer(t, topic, "sub", 2)
-	active, standby := consumers[activeName], consumers[map[string]string{"one": "two", "two": "one"}[activeName]]
+	standbyName := map[string]string{"one": "two", "two": "one"}[activeName]
+	active, standby := consumers[activeName], consumers[standbyName]
 	e.produce(t, topic, 0, 40, 1)
 	receiveN(t, active, 40)
 	eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
@@ -268,14 +270,34 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 		}
 	}
 	eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	beforeDrop := e.wire.Mark()
 	e.dropConnections() // a later reconnect of every client
 	active.Close()
+	awaitResubscribed(t, e, standbyName, beforeDrop)
 	first := resetToStart(t, e, topic)
 	// The standby becomes active after the broker's failover delay; receiveN waits for it.
 	got := receiveN(t, standby, 40)
 	if s := seqOfMessage(t, got[0]); s != 0 {
 		t.Fatalf("after the reset to %+v the former standby got %d first, want 0", first, s)
 	}
+}
+
+// awaitResubscribed waits until the named consumer of subscription "sub" subscribed again
+// after the mark and sent its first FLOW. pulsar-client-go v0.19 registers a consumer for the
+// broker's notifications only after its SUBSCRIBE succeeded (partitionConsumer.grabConn), so
+// a CLOSE_CONSUMER that follows the success within that window is dropped and the consumer
+// waits forever; the first FLOW is sent after the registration. A reset racing a re-subscribe
+// is the client's bug, not what the test is about.
+func awaitResubscribed(t *testing.T, e *env, name string, since wirerec.Mark) {
+	t.Helper()
+	eventually(t, name+" subscribed again", func() bool {
+		sessions := e.wire.Consumers(wirerec.Filter{Subscription: "sub", ConsumerName: name, Since: since})
+		if len(sessions) == 0 {
+			return false
+		}
+		last := sessions[len(sessions)-1]
+		return len(e.wire.Flows(wirerec.Filter{Consumer: &last.ConsumerKey, Since: last.Session})) > 0
+	})
 }
 
 // resetToStart resets subscription "sub" to the topic's first entry through the admin API, as
