@@ -80,6 +80,7 @@ type SubscriptionFlowReconciler struct {
 
 	holders holderBook
 	retries retryBook
+	written writtenBook
 }
 
 func (r *SubscriptionFlowReconciler) parallelism() int {
@@ -120,13 +121,16 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, err
 	}
 	original := flow.DeepCopy()
+	before := r.written.before(original)
 	result, err := r.reconcileNormal(ctx, flow)
 	if !equality.Semantic.DeepEqual(original.Status, flow.Status) {
 		if patchErr := r.Status().Patch(ctx, flow, client.MergeFrom(original)); patchErr != nil {
 			return ctrl.Result{}, patchErr
 		}
+		// Events announce written transitions only, from the status last written.
+		r.emitEvents(before, flow)
+		r.written.set(flow)
 	}
-	r.emitEvents(original, flow)
 	return result, err
 }
 
@@ -376,6 +380,7 @@ func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	forgetFlowMetrics(key.Namespace, key.Name)
 	r.holders.forget(key)
 	r.retries.reset(key)
+	r.written.forget(key)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
