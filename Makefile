@@ -48,6 +48,26 @@ test: ## Run unit and envtest integration tests with -race (builds envtest binar
 conformance: ## Run the agent's broker conformance tests (in-process pulsartest, or the broker at PULSAR_URL and PULSAR_ADMIN_URL).
 	PULSAR_URL="$(PULSAR_URL)" PULSAR_ADMIN_URL="$(PULSAR_ADMIN_URL)" $(GO) test $(TEST_FLAGS) -run 'Integration' ./agent/
 
+# A real Apache Pulsar standalone from Maven artifacts (needs Java 17+ and Maven; hack/pulsar).
+PULSAR = hack/pulsar/pulsar.sh
+# The 4.0 LTS (seek resolves by binary search) and the newest release with PIP-415
+# getMessageIdByIndex whose artifacts resolve here.
+PULSAR_VERSIONS ?= 4.0.7 4.2.4
+PULSAR_NO_INDEX_METADATA = --set brokerEntryMetadataInterceptors= --set exposingBrokerEntryMetadataToClientEnabled=false
+
+.PHONY: pulsar
+pulsar: ## Run a real Apache Pulsar standalone in the foreground (PULSAR_VERSION to pick one; Ctrl-C stops it).
+	$(PULSAR) run
+
+.PHONY: conformance-pulsar
+conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of PULSAR_VERSIONS, with and without index metadata.
+	@set -e; for v in $(PULSAR_VERSIONS); do \
+		echo "== conformance on Apache Pulsar $$v"; \
+		PULSAR_VERSION=$$v $(PULSAR) exec -- $(MAKE) --no-print-directory conformance; \
+		echo "== conformance on Apache Pulsar $$v without index metadata"; \
+		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
+	done
+
 .PHONY: bench
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport

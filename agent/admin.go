@@ -322,7 +322,10 @@ type resetCursorData struct {
 	LedgerID       int64 `json:"ledgerId"`
 	EntryID        int64 `json:"entryId"`
 	PartitionIndex int32 `json:"partitionIndex"`
-	IsExcluded     bool  `json:"isExcluded"`
+	// Excluded is "excluded" on the wire: the broker's ResetCursorData is a Lombok bean whose
+	// isExcluded field Jackson names "excluded", and it ignores unknown fields, so a body with
+	// "isExcluded" resets to the entry itself (read off Pulsar 4.0 and 4.2).
+	Excluded bool `json:"excluded"`
 }
 
 // resetCursor moves a subscription's cursor on one topic or partition to an entry, or past
@@ -333,8 +336,8 @@ func (a *adminClient) resetCursor(ctx context.Context, topic, subscription strin
 		return err
 	}
 	path := base + "/subscription/" + url.PathEscape(subscription) + "/resetcursor"
-	// The broker reads isExcluded from the body (ResetCursorData), not from the query.
-	body := resetCursorData{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1, IsExcluded: excluded}
+	// The broker reads the flag from the body (ResetCursorData), not from the query.
+	body := resetCursorData{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1, Excluded: excluded}
 	_, err = a.call(ctx, http.MethodPost, path, body, nil)
 	return err
 }

@@ -76,7 +76,7 @@ func TestAdminRetriesTransientAnswers(t *testing.T) {
 		if err := a.resetCursor(context.Background(), testTopic, "sub", position{ledger: 3, entry: 7}, true); err != nil {
 			t.Fatalf("status %d: resetCursor: %v", status, err)
 		}
-		want := resetCursorData{LedgerID: 3, EntryID: 7, PartitionIndex: -1, IsExcluded: true}
+		want := resetCursorData{LedgerID: 3, EntryID: 7, PartitionIndex: -1, Excluded: true}
 		if len(f.bodies) != 1 || f.bodies[0] != want {
 			t.Fatalf("status %d: reset bodies %+v, want one %+v", status, f.bodies, want)
 		}

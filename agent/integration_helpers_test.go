@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -75,8 +76,8 @@ func newEnv(t testing.TB, opts ...pulsartest.Options) *env {
 	}
 	e := &env{}
 	if serviceURL, adminURL, ok := remoteBroker(t); ok {
-		if why := needsLocalBroker(o); why != "" {
-			t.Skipf("needs a broker configured with %s (in-process pulsartest only; a remote broker's configuration is its own)", why)
+		if why := remoteMismatch(o, probeRemote(t, serviceURL, adminURL)); why != "" {
+			t.Skip(why)
 		}
 		// A remote broker advertises its own address; rewritten lookups keep the client
 		// dialing the recorder, which forwards to the broker each lookup names.
@@ -117,17 +118,103 @@ func newClient(t testing.TB, url string) pulsar.Client {
 	return client
 }
 
-// needsLocalBroker names the options that configure the broker itself; a test's choice of
-// ledger size only makes it stricter and is not needed.
-func needsLocalBroker(o pulsartest.Options) string {
+// remoteCaps is what a remote broker's configuration offers.
+type remoteCaps struct {
+	indexMetadata bool // entries carry a broker index (AppendIndexMetadataInterceptor)
+	indexLookup   bool // PIP-415 getMessageIdByIndex (Pulsar 4.1 and later)
+}
+
+func (c remoteCaps) String() string {
+	return fmt.Sprintf("index metadata %v, PIP-415 %v", c.indexMetadata, c.indexLookup)
+}
+
+var (
+	remoteCapsOnce sync.Once
+	remoteCapsSeen remoteCaps
+	remoteCapsErr  error
+)
+
+// probeRemote finds out once per test binary what the remote broker offers: it produces one
+// message to a topic of its own and reads it back through the admin API.
+func probeRemote(t testing.TB, serviceURL, adminURL string) remoteCaps {
+	t.Helper()
+	remoteCapsOnce.Do(func() { remoteCapsSeen, remoteCapsErr = probeCaps(serviceURL, adminURL) })
+	if remoteCapsErr != nil {
+		t.Fatalf("probing the broker at %s: %v", serviceURL, remoteCapsErr)
+	}
+	return remoteCapsSeen
+}
+
+func probeCaps(serviceURL, adminURL string) (remoteCaps, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: serviceURL, Logger: log.DefaultNopLogger()})
+	if err != nil {
+		return remoteCaps{}, err
+	}
+	defer client.Close()
+	topic := fmt.Sprintf("persistent://public/default/subflow-probe-%s", rand.Text()[:10])
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		return remoteCaps{}, err
+	}
+	defer p.Close()
+	id, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("probe")})
+	if err != nil {
+		return remoteCaps{}, err
+	}
+	admin := newAdminClient(adminURL, nil, nil, nil)
+	var caps remoteCaps
+	switch _, err := admin.entryMeta(ctx, topic, position{ledger: id.LedgerID(), entry: id.EntryID()}); {
+	case err == nil:
+		caps.indexMetadata = true
+	case !errors.Is(err, ErrIndexMetadataDisabled):
+		return remoteCaps{}, err
+	}
+	if caps.indexMetadata {
+		switch _, err := admin.entryByIndex(ctx, topic, 0); {
+		case err == nil:
+			caps.indexLookup = true
+		case !errors.Is(err, errIndexLookupUnsupported):
+			return remoteCaps{}, err
+		}
+	} else {
+		// Without metadata PIP-415 answers 412 and a broker without PIP-415 404.
+		_, err := admin.entryByIndex(ctx, topic, 0)
+		caps.indexLookup = errors.Is(err, ErrIndexMetadataDisabled)
+	}
+	return caps, nil
+}
+
+// remoteMismatch says why a test cannot run on a remote broker with caps, or "". A test that
+// asks for a broker without index metadata or without PIP-415 runs on a broker configured so
+// (make conformance-pulsar starts one of each); on a broker without index metadata only those
+// tests run. A test's ledger size only makes it stricter and is not needed; any other option
+// configures pulsartest itself.
+func remoteMismatch(o pulsartest.Options, caps remoteCaps) string {
+	switch {
+	case !caps.indexMetadata && !o.DisableIndexMetadata:
+		return fmt.Sprintf("this broker runs without index metadata (%v): only the tests for such a broker run on it", caps)
+	case caps.indexMetadata && o.DisableIndexMetadata:
+		return fmt.Sprintf("needs a broker without index metadata; this one has %v", caps)
+	case o.DisableIndexMetadata && o.DisableIndexLookup == caps.indexLookup:
+		// Without metadata the test is about how the broker answers: with PIP-415 or without.
+		return fmt.Sprintf("needs a broker without index metadata and with PIP-415 %v; this one has %v", !o.DisableIndexLookup, caps)
+	case o.DisableIndexLookup && caps.indexLookup:
+		return fmt.Sprintf("needs a broker without PIP-415 getMessageIdByIndex (before 4.1); this one has %v", caps)
+	}
+	o.DisableIndexMetadata, o.DisableIndexLookup, o.EntriesPerLedger = false, false, 0
 	v := reflect.ValueOf(o)
 	var set []string
 	for i := range v.NumField() {
-		if name := v.Type().Field(i).Name; name != "EntriesPerLedger" && !v.Field(i).IsZero() {
-			set = append(set, fmt.Sprintf("%s=%v", name, v.Field(i)))
+		if !v.Field(i).IsZero() {
+			set = append(set, fmt.Sprintf("%s=%v", v.Type().Field(i).Name, v.Field(i)))
 		}
 	}
-	return strings.Join(set, ", ")
+	if len(set) > 0 {
+		return fmt.Sprintf("needs a broker configured with %s (in-process pulsartest only)", strings.Join(set, ", "))
+	}
+	return ""
 }
 
 // pulsartest returns the in-process broker, or skips the test on a remote broker: for fault

@@ -127,6 +127,10 @@ func lookupIndex(ctx context.Context, src indexSource, topic string, x int64) (r
 	if err != nil {
 		return resolution{}, false, err
 	}
+	if p.ledger < 0 || p.entry < 0 {
+		// Pulsar 4.2 answers -1:-1 for an index inside the topic's first entry but its last.
+		return resolution{}, false, nil
+	}
 	m, err := src.entryMeta(ctx, topic, p)
 	if err != nil {
 		return resolution{}, false, err

@@ -224,21 +224,25 @@ func javaDate(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.999999999Z07:00")
 }
 
-// messageIDJSON is what PIP-415 getMessageIdByIndex answers: the entry,
-// without a batch index.
+// messageIDJSON is what PIP-415 getMessageIdByIndex answers: the entry, a
+// MessageIdImpl whose batch fields are always -1 and 0.
 type messageIDJSON struct {
 	LedgerID       int64 `json:"ledgerId"`
 	EntryID        int64 `json:"entryId"`
 	PartitionIndex int32 `json:"partitionIndex"`
+	BatchIndex     int32 `json:"batchIndex"`
+	BatchSize      int32 `json:"batchSize"`
 }
 
-// resetCursorDataJSON is ResetCursorData, the body of resetcursor:
-// isExcluded and batchIndex are body fields, not query parameters.
+// resetCursorDataJSON is ResetCursorData, the body of resetcursor: the
+// flags are body fields, not query parameters. The Java class is a Lombok
+// bean, so its isExcluded field is "excluded" in JSON; Jackson ignores
+// unknown fields, so "isExcluded" changes nothing, as on the real broker.
 type resetCursorDataJSON struct {
 	LedgerID       int64 `json:"ledgerId"`
 	EntryID        int64 `json:"entryId"`
 	PartitionIndex int32 `json:"partitionIndex"`
-	IsExcluded     bool  `json:"isExcluded"`
+	Excluded       bool  `json:"excluded"`
 	BatchIndex     int32 `json:"batchIndex"`
 }
 
@@ -271,7 +275,13 @@ func (b *Broker) messageIDByIndex(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e := t.entries[off]
-	writeJSON(w, http.StatusOK, messageIDJSON{LedgerID: int64(e.ledgerID), EntryID: int64(e.entryID), PartitionIndex: t.partition})
+	id := messageIDJSON{LedgerID: int64(e.ledgerID), EntryID: int64(e.entryID), PartitionIndex: t.partition, BatchIndex: -1}
+	if off == 0 && index < e.lastIndex {
+		// Pulsar 4.2 answers -1:-1 for an index of the first entry other than its last: it
+		// looks for the entry after the last one whose index is below the one asked for.
+		id.LedgerID, id.EntryID = -1, -1
+	}
+	writeJSON(w, http.StatusOK, id)
 }
 
 // resetTargets resolves the topics a reset applies to: the topic, or the
@@ -305,7 +315,7 @@ func (b *Broker) resetCursorToID(w http.ResponseWriter, r *http.Request) {
 	}
 	b.resetCursor(w, r, -1, func(t *topic) int {
 		off := t.offsetForStart(&pb.MessageIdData{LedgerId: ptr(uint64(id.LedgerID)), EntryId: ptr(uint64(id.EntryID))})
-		if id.IsExcluded && off < len(t.entries) && t.entries[off].ledgerID == uint64(id.LedgerID) && t.entries[off].entryID == uint64(id.EntryID) {
+		if id.Excluded && off < len(t.entries) && t.entries[off].ledgerID == uint64(id.LedgerID) && t.entries[off].entryID == uint64(id.EntryID) {
 			off++
 		}
 		return off

@@ -70,8 +70,11 @@
 //     activeConsumerFailoverDelayTimeMillis (1 s; ActiveConsumerFailoverDelay),
 //     sends ACTIVE_CONSUMER_CHANGE and dispatches
 //     (PersistentDispatcherSingleActiveConsumer.scheduleReadOnActiveConsumer).
-//   - REST: getMessageIdByIndex answers {ledgerId, entryId, partitionIndex};
-//     isExcluded and batchIndex are ResetCursorData body fields; resetcursor
+//   - REST: getMessageIdByIndex answers {ledgerId, entryId, partitionIndex,
+//     batchIndex: -1, batchSize: 0}, and -1:-1 for an index of the topic's
+//     first entry other than its last (as Pulsar 4.2.4 does);
+//     excluded (the Java field isExcluded) and batchIndex are ResetCursorData
+//     body fields, unknown fields are ignored; resetcursor
 //     on a partitioned base name answers 405; /stats on it answers 404
 //     (partitioned-stats aggregates); entry timestamp headers are written by
 //     DateFormatter (ISO offset date-time).

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -401,8 +402,9 @@ func TestFailoverSwitchWaitsTheDelay(t *testing.T) {
 	}
 }
 
-// REST shapes: PIP-415 answers no batch index; resetcursor takes isExcluded
-// in the ResetCursorData body and answers 405 on a partitioned base name;
+// REST shapes: PIP-415 answers batch index -1 and -1:-1 inside the first
+// entry; resetcursor takes excluded
+// (not isExcluded) in the ResetCursorData body and answers 405 on a partitioned base name;
 // /stats on a partitioned base name is 404 (partitioned-stats is the way);
 // DateFormatter writes the entry timestamps.
 func TestRESTShapes(t *testing.T) {
@@ -419,12 +421,29 @@ func TestRESTShapes(t *testing.T) {
 
 	var raw map[string]any
 	getJSON(t, base+"rest/getMessageIdByIndex?index=7", &raw)
-	if _, ok := raw["batchIndex"]; ok || raw["entryId"] != float64(1) {
+	if raw["batchIndex"] != float64(-1) || raw["entryId"] != float64(1) {
 		t.Fatalf("getMessageIdByIndex answered %v", raw)
+	}
+	// Inside the first entry, but for its last index, Pulsar 4.2 answers -1:-1.
+	for index, want := range map[int]float64{0: -1, 3: -1, 4: 0} {
+		raw = nil
+		getJSON(t, base+"rest/getMessageIdByIndex?index="+strconv.Itoa(index), &raw)
+		if raw["ledgerId"] == nil || raw["entryId"] != want || (want == -1) != (raw["ledgerId"] == float64(-1)) {
+			t.Fatalf("getMessageIdByIndex?index=%d answered %v, want entry %v", index, raw, want)
+		}
 	}
 
 	second := msgs[5].ID() // first message of the second entry
+	// "isExcluded" is not a field of ResetCursorData on the wire: it is ignored.
 	body := fmt.Sprintf(`{"ledgerId":%d,"entryId":%d,"isExcluded":true}`, second.LedgerID(), second.EntryID())
+	if code := post(t, base+"rest/subscription/sub/resetcursor", body); code != http.StatusNoContent {
+		t.Fatalf("resetcursor answered %d", code)
+	}
+	eventually(t, "cursor at the entry, isExcluded ignored", func() bool {
+		st := b.Subscription("rest", "sub")
+		return len(st.Cursors) == 1 && st.Cursors[0].MarkDeletePosition == fmt.Sprintf("%d:%d", msgs[0].ID().LedgerID(), msgs[0].ID().EntryID())
+	})
+	body = fmt.Sprintf(`{"ledgerId":%d,"entryId":%d,"excluded":true}`, second.LedgerID(), second.EntryID())
 	if code := post(t, base+"rest/subscription/sub/resetcursor", body); code != http.StatusNoContent {
 		t.Fatalf("resetcursor answered %d", code)
 	}
