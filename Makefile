@@ -68,6 +68,10 @@ conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of
 		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
 	done
 
+.PHONY: demo-pulsar
+demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone (PULSAR_VERSION to pick one).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- sh -c '$(GO) run ./hack/demo --pulsar-url "$$PULSAR_URL" --admin-url "$$PULSAR_ADMIN_URL"'
+
 .PHONY: bench
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport

@@ -1,5 +1,5 @@
 // Command demo walks through subflow end to end on an embedded default: a local control plane,
-// the test Pulsar broker, three consumer pods with agents, a producer and the controller. It
+// the test Pulsar broker (or any broker: --pulsar-url and --admin-url), three consumer pods with agents, a producer and the controller. It
 // pauses, seeks, runs a maintenance window and resumes, checking each step, and exits non-zero
 // if any step did not hold. With --interactive it keeps everything running for kubectl.
 package main
@@ -17,19 +17,26 @@ import (
 
 func main() {
 	interactive := flag.Bool("interactive", false, "keep running after the walk-through and print a kubeconfig for kubectl")
+	var broker brokerURLs
+	flag.StringVar(&broker.service, "pulsar-url", "", "run on this Pulsar broker (pulsar://host:6650) instead of the test broker; needs --admin-url")
+	flag.StringVar(&broker.admin, "admin-url", "", "the broker's admin API (http://host:8080), with --pulsar-url")
 	flag.Parse()
+	if (broker.service == "") != (broker.admin == "") {
+		fmt.Fprintln(os.Stderr, "demo: --pulsar-url and --admin-url go together")
+		os.Exit(2)
+	}
 	stopWithParent()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *interactive); err != nil {
+	if err := run(ctx, *interactive, broker); err != nil {
 		fmt.Fprintln(os.Stderr, "\nDEMO FAILED:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, interactive bool) error {
+func run(ctx context.Context, interactive bool, broker brokerURLs) error {
 	started := time.Now()
-	w, err := startWorld(ctx, 3)
+	w, err := startWorld(ctx, 3, broker)
 	if w != nil {
 		defer w.close()
 	}

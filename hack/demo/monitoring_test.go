@@ -49,7 +49,7 @@ func TestMonitoringQueriesReturnSeries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	started := time.Now()
-	w, err := startWorld(ctx, 3)
+	w, err := startWorld(ctx, 3, brokerURLs{})
 	if w != nil {
 		t.Cleanup(w.close)
 	}

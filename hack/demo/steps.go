@@ -30,7 +30,7 @@ func (d *demo) createFlow(ctx context.Context) error {
 	flow := &subflowv1.SubscriptionFlow{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: flowName},
 		Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "orders-worker"}},
-			Subscription: subscription, Topic: topic, State: subflowv1.StateRunning},
+			Subscription: subscription, Topic: d.w.topic, State: subflowv1.StateRunning},
 	}
 	if err := d.w.k8s.Create(ctx, flow); err != nil {
 		return err
@@ -57,16 +57,19 @@ func (d *demo) pause(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	delivered, flows := d.w.delivered(), len(d.w.broker.Flows(topic, subscription))
+	delivered, flows := d.w.delivered(), len(d.w.flows())
 	return d.watch(ctx, 3*time.Second, func() error {
 		if got := d.w.delivered(); got != delivered {
 			return fmt.Errorf("%d messages reached the application while paused", got-delivered)
 		}
-		if got := len(d.w.broker.Flows(topic, subscription)); got != flows {
-			return fmt.Errorf("the broker received %d FLOW commands while paused", got-flows)
+		if got := len(d.w.flows()); got != flows {
+			return fmt.Errorf("the pods sent the broker %d FLOW commands while paused", got-flows)
 		}
-		fmt.Printf("   held: 0 messages handed over, 0 new FLOW permits, backlog %d entries and growing\n",
-			d.w.broker.Subscription(topic, subscription).Backlog)
+		backlog, err := d.w.backlog(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("   held: 0 messages handed over, 0 new FLOW permits on the wire, backlog %d messages and growing\n", backlog)
 		return nil
 	})
 }
@@ -88,7 +91,7 @@ func (d *demo) seek(ctx context.Context) error {
 		fmt.Printf("   executor %s moved the cursor: index %d -> message id %s\n", seek.Executor, p.Index, p.MessageID)
 	}
 	delivered := d.w.delivered()
-	// The reconnect after the seek re-grants the receiver queue (a known v0.19 client limit);
+	// The reconnect after the seek re-grants the receiver queue (a known client limit);
 	// the gate holds those messages.
 	return d.watch(ctx, 2*time.Second, func() error {
 		if got := d.w.delivered(); got != delivered {
@@ -215,8 +218,8 @@ func (d *demo) table(ctx context.Context) {
 	}
 	elapsed := now.Sub(d.lastTime).Seconds()
 	permits := map[string]uint64{}
-	for _, f := range d.w.broker.Flows(topic, subscription) {
-		permits[f.ConsumerName] += uint64(f.Permits)
+	for _, f := range d.w.flows() {
+		permits[f.Consumer.Name] += uint64(f.Permits)
 	}
 	fmt.Printf("   %-17s %-8s %7s %6s %9s %11s\n", "POD", "STATE", "MSG/S", "HELD", "RECEIVED", "FLOW-PERMITS")
 	for _, p := range d.w.pods {

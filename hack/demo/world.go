@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,22 +34,32 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
 const (
 	namespace    = "shop"
-	topic        = "persistent://public/default/orders"
 	subscription = "orders-ingest"
 	token        = "demo-agent-token"
 )
 
+// brokerURLs names a Pulsar broker to run the demo on; empty starts the test broker.
+type brokerURLs struct{ service, admin string }
+
 // world is everything the demo runs: control plane, broker, controller, pods, producer.
 type world struct {
-	env      *envtest.Environment
-	k8s      client.Client
-	broker   *pulsartest.Broker
+	env   *envtest.Environment
+	k8s   client.Client
+	topic string
+	// admin is the broker's admin API. The pods' clients reach the broker through wire, a
+	// recorder of every FLOW they send, so that the demo checks permits on the wire with
+	// any broker; the producer connects directly.
+	admin    string
+	service  string
+	wire     *wirerec.Proxy
 	clock    *testclock.Shifted // the controller's: moved to show a maintenance window without waiting
 	pods     []*podsim.Pod
 	produced atomic.Int64
@@ -67,7 +81,7 @@ func (w *world) stopProducer() {
 	})
 }
 
-func startWorld(ctx context.Context, pods int) (*world, error) {
+func startWorld(ctx context.Context, pods int, broker brokerURLs) (*world, error) {
 	w := &world{clock: &testclock.Shifted{}}
 	step("starting a local control plane (kube-apiserver + etcd; built from source on first use)")
 	env, cfg, err := testenv.Start()
@@ -82,12 +96,9 @@ func startWorld(ctx context.Context, pods int) (*world, error) {
 	if w.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return w, err
 	}
-	step("starting the test Pulsar broker")
-	if w.broker, err = pulsartest.New(pulsartest.Options{}); err != nil {
+	if err := w.startBroker(broker); err != nil {
 		return w, err
 	}
-	w.stop = append(w.stop, func() { _ = w.broker.Close() })
-	fmt.Printf("   service %s, admin %s\n", w.broker.ServiceURL(), w.broker.AdminURL())
 	if err := w.startController(ctx, cfg, scheme); err != nil {
 		return w, err
 	}
@@ -98,6 +109,66 @@ func startWorld(ctx context.Context, pods int) (*world, error) {
 		return w, err
 	}
 	return w, w.startProducer(ctx, 200)
+}
+
+// startBroker starts the test broker, or takes the one named, and puts the wire recorder in
+// front of it. A named broker keeps what earlier runs left, so the topic is new each run.
+func (w *world) startBroker(broker brokerURLs) error {
+	w.topic = "persistent://public/default/orders"
+	if broker.service == "" {
+		step("starting the test Pulsar broker")
+		b, err := pulsartest.New(pulsartest.Options{})
+		if err != nil {
+			return err
+		}
+		w.stop = append(w.stop, func() { _ = b.Close() })
+		broker = brokerURLs{service: b.ServiceURL(), admin: b.AdminURL()}
+	} else {
+		step("using the Pulsar broker at " + broker.service)
+		w.topic += time.Now().UTC().Format("-20060102-150405")
+	}
+	w.service, w.admin = broker.service, strings.TrimRight(broker.admin, "/")
+	wire, err := wirerec.Start(w.service, wirerec.Options{RewriteLookups: true, Keep: []pb.BaseCommand_Type{pb.BaseCommand_FLOW}})
+	if err != nil {
+		return err
+	}
+	w.wire = wire
+	w.stop = append(w.stop, func() { _ = wire.Close() })
+	fmt.Printf("   service %s (pods through the wire recorder %s), admin %s, topic %s\n", w.service, wire.ServiceURL(), w.admin, w.topic)
+	return nil
+}
+
+// flows lists the FLOW commands the pods sent for the demo's subscription that a broker
+// acted on (not those racing a close).
+func (w *world) flows() []wirerec.Event {
+	return slices.DeleteFunc(w.wire.Flows(wirerec.Filter{Topic: w.topic, Subscription: subscription}),
+		func(e wirerec.Event) bool { return e.AfterClose })
+}
+
+// backlog reads the subscription's backlog (msgBacklog) from the broker's admin API.
+func (w *world) backlog(ctx context.Context) (int64, error) {
+	path := strings.Replace(w.topic, "persistent://", "/admin/v2/persistent/", 1) + "/stats"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.admin+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("topic stats: HTTP %d", resp.StatusCode)
+	}
+	var st struct {
+		Subscriptions map[string]struct {
+			MsgBacklog int64 `json:"msgBacklog"`
+		} `json:"subscriptions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, err
+	}
+	return st.Subscriptions[subscription].MsgBacklog, nil
 }
 
 func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) error {
@@ -165,8 +236,8 @@ func (w *world) startPods(ctx context.Context, n int) error {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("orders-worker-%d", i)
 		// Each pod has its own registry, served on its agent's /metrics (no token, the default).
-		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.broker.ServiceURL(), AdminURL: w.broker.AdminURL(),
-			Token: token, Topic: topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50,
+		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.wire.ServiceURL(), AdminURL: w.admin,
+			Token: token, Topic: w.topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50,
 			Metrics: prometheus.NewRegistry()})
 		if err != nil {
 			return err
@@ -193,11 +264,11 @@ func (w *world) startPods(ctx context.Context, n int) error {
 // startProducer publishes rate messages per second until stopProducer.
 func (w *world) startProducer(ctx context.Context, rate int) error {
 	step(fmt.Sprintf("starting a producer at %d messages/s", rate))
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.broker.ServiceURL(), Logger: log.DefaultNopLogger()})
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.service, Logger: log.DefaultNopLogger()})
 	if err != nil {
 		return err
 	}
-	producer, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: 5 * time.Millisecond})
+	producer, err := c.CreateProducer(pulsar.ProducerOptions{Topic: w.topic, BatchingMaxPublishDelay: 5 * time.Millisecond})
 	if err != nil {
 		c.Close()
 		return err
