@@ -59,6 +59,14 @@ PULSAR_NO_INDEX_METADATA = --set brokerEntryMetadataInterceptors= --set exposing
 pulsar: ## Run a real Apache Pulsar standalone in the foreground (PULSAR_VERSION to pick one; Ctrl-C stops it).
 	$(PULSAR) run
 
+.PHONY: pulsar-fetch
+pulsar-fetch: ## Fetch the broker jars of each of PULSAR_VERSIONS with Maven (cached in ~/.m2).
+	@set -e; for v in $(PULSAR_VERSIONS); do PULSAR_VERSION=$$v $(PULSAR) classpath; done
+
+.PHONY: pulsar-selftest
+pulsar-selftest: ## Check that hack/pulsar fails fast with its reason and never leaves a JVM behind.
+	hack/pulsar/selftest.sh
+
 .PHONY: conformance-pulsar
 conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of PULSAR_VERSIONS, with and without index metadata.
 	@set -e; for v in $(PULSAR_VERSIONS); do \
@@ -69,8 +77,11 @@ conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of
 	done
 
 .PHONY: demo-pulsar
-demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone (PULSAR_VERSION to pick one).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- sh -c '$(GO) run ./hack/demo --pulsar-url "$$PULSAR_URL" --admin-url "$$PULSAR_ADMIN_URL"'
+demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone of each of PULSAR_VERSIONS.
+	@set -e; export KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)"; for v in $(PULSAR_VERSIONS); do \
+		echo "== demo on Apache Pulsar $$v"; \
+		PULSAR_VERSION=$$v $(PULSAR) exec -- sh -c '$(GO) run ./hack/demo --pulsar-url "$$PULSAR_URL" --admin-url "$$PULSAR_ADMIN_URL"'; \
+	done
 
 .PHONY: bench
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md.

@@ -126,7 +126,7 @@ start() {
 		>"$work/stdout.log" 2>&1) &
 	jvm=$!
 	# If this script dies without running its traps (SIGKILL), the watchdog still stops the JVM.
-	(trap '' INT; while kill -0 $$ 2>/dev/null; do sleep 1; done; kill -9 "$jvm" 2>/dev/null) >/dev/null 2>&1 &
+	(trap '' INT; while kill -0 $$ 2>/dev/null; do sleep 1; done; kill -9 "$jvm" 2>/dev/null; rm -rf "$work") >/dev/null 2>&1 &
 	watchdog=$!
 
 	PULSAR_URL="pulsar://localhost:$broker_port"
