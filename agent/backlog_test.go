@@ -255,6 +255,47 @@ func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 	}
 }
 
+// The same prediction against a real broker's own expiry check, which runs every
+// messageExpiryCheckIntervalInMinutes (1 in hack/pulsar's configuration): no message is
+// deleted before the predicted time, and the older ones are gone within one check interval
+// after it. The lag between the two is logged: it is what the prediction means on a real
+// broker. In-process, TestIntegrationBacklogPredictsTTLExpiry moves the clock instead.
+func TestIntegrationBacklogPredictsRealTTLExpiry(t *testing.T) {
+	e := newEnv(t)
+	if e.local != nil {
+		t.Skip("waits for a real broker's expiry check; in-process, TestIntegrationBacklogPredictsTTLExpiry moves the clock")
+	}
+	const ttl, checkInterval = 15, time.Minute
+	topic := uniqueTopic(t)
+	e.parkSubscription(t, topic, "sub")
+	e.setRetention(t, topic, ttl, nil)
+	e.produce(t, topic, 0, 3, 1)
+	got := e.agent.Backlog(context.Background(), topic, "sub")
+	if len(got) != 1 || got[0].OldestPublishTime == nil || got[0].MessageTTLSeconds == nil || got[0].Messages != 3 {
+		t.Fatalf("backlog %+v", got)
+	}
+	expiry := got[0].OldestPublishTime.Add(time.Duration(*got[0].MessageTTLSeconds) * time.Second)
+	if *got[0].MessageTTLSeconds != ttl {
+		t.Fatalf("reported TTL %d s, want the topic's %d", *got[0].MessageTTLSeconds, ttl)
+	}
+	deadline := expiry.Add(checkInterval + 15*time.Second)
+	for {
+		messages, _ := e.subscriptionBacklog(t, topic, "sub")
+		now := time.Now()
+		if messages < 3 && now.Before(expiry) {
+			t.Fatalf("%d of 3 messages left at %v, before the predicted expiry %v", messages, now, expiry)
+		}
+		if messages == 0 {
+			t.Logf("TTL %d s: expired %v after the predicted time (the broker checks every %v)", ttl, now.Sub(expiry).Round(10*time.Millisecond), checkInterval)
+			return
+		}
+		if now.After(deadline) {
+			t.Fatalf("%d messages left at %v, a check interval after the predicted expiry %v", messages, now, expiry)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the broker's stats; the expiry is the broker's
+	}
+}
+
 // A watched subscription is read in the background: LatestBacklog follows the broker at the
 // refresh period, and StopWatchingBacklog forgets it.
 func TestIntegrationWatchBacklogRefreshes(t *testing.T) {

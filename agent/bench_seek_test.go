@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"math"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,4 +59,79 @@ func benchmarkWholeSeek(b *testing.B, entries int64, lookup bool) {
 	b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/seek")
 	b.ReportMetric(float64(probes)/float64(b.N), "probes/op")
 	b.ReportMetric(2*math.Log2(float64(entries))+8, "probeBound")
+}
+
+// BenchmarkWholeSeekPulsar is benchmarkWholeSeek against the real broker named by PULSAR_URL
+// and PULSAR_ADMIN_URL (make bench runs one): 10^6 entries of seekBatch messages, produced by a
+// batching producer, then seeks to indexes spread over the topic. Whether it takes the PIP-415
+// path depends on the broker's release (4.1 and later have it).
+func BenchmarkWholeSeekPulsar(b *testing.B) {
+	serviceURL, adminURL, ok := remoteBroker(b)
+	if !ok {
+		b.Skip("needs a real broker: set PULSAR_URL and PULSAR_ADMIN_URL (make bench starts one)")
+	}
+	const entries = 1_000_000
+	caps := probeRemote(b, serviceURL, adminURL)
+	topic := uniqueTopic(b)
+	client := newClient(b, serviceURL)
+	a := newTestAgent(b, Options{Name: "bench", AdminURL: adminURL})
+	c, err := a.Subscribe(client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	c.Pause() // the fill is not consumed
+	filled := time.Now()
+	fillBatches(b, client, topic, entries, seekBatch)
+	b.Logf("%v; %d entries of %d messages produced in %s", caps, entries, seekBatch, time.Since(filled).Round(time.Millisecond))
+	c.Resume()
+	ctx := context.Background()
+	probes := 0
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		x := (int64(i)*7_919_993 + 12_345) % (entries * seekBatch)
+		res, err := c.SeekByIndex(ctx, x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		probes += res.Probes
+		m, err := c.Receive(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m.Index() == nil || int64(*m.Index()) != x {
+			b.Fatalf("seek to %d: the application got index %v first", x, m.Index())
+		}
+	}
+	took := time.Since(start)
+	b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/seek")
+	b.ReportMetric(float64(probes)/float64(b.N), "probes/op")
+	b.ReportMetric(2*math.Log2(float64(entries))+8, "probeBound")
+}
+
+// fillBatches produces entries batch entries of batch messages each (payloads "0", "1", ...).
+func fillBatches(b *testing.B, client pulsar.Client, topic string, entries, batch int) {
+	b.Helper()
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: uint(batch),
+		BatchingMaxPublishDelay: time.Hour, MaxPendingMessages: 10_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	var failed atomic.Pointer[error]
+	for i := range entries * batch {
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))},
+			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			})
+	}
+	if err := p.FlushWithCtx(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
 }

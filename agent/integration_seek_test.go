@@ -287,7 +287,8 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 // broker's notifications only after its SUBSCRIBE succeeded (partitionConsumer.grabConn), so
 // a CLOSE_CONSUMER that follows the success within that window is dropped and the consumer
 // waits forever; the first FLOW is sent after the registration. A reset racing a re-subscribe
-// is the client's bug, not what the test is about.
+// is the client's bug, not what the test is about. Fixed in v0.20 (apache/pulsar-client-go#1476);
+// kept while CI runs the suite on v0.19 (hack/client-versions.sh), where the race is real.
 func awaitResubscribed(t *testing.T, e *env, name string, since wirerec.Mark) {
 	t.Helper()
 	eventually(t, name+" subscribed again", func() bool {
