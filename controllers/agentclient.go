@@ -148,10 +148,11 @@ func (c *HTTPAgentClient) do(ctx context.Context, method, url, token string, bod
 	if resp.StatusCode/100 != 2 {
 		agentErr := &AgentError{Status: resp.StatusCode}
 		var payload protocol.Error
+		// An agent's error text ends up in status: keep it bounded whatever the agent sends.
 		if json.Unmarshal(data, &payload) == nil {
-			agentErr.Reason, agentErr.Message, agentErr.AppliedRevision = payload.Reason, payload.Message, payload.AppliedRevision
+			agentErr.Reason, agentErr.Message, agentErr.AppliedRevision = clip(payload.Reason, 64), clip(payload.Message, maxAgentText), payload.AppliedRevision
 		} else {
-			agentErr.Message = string(data)
+			agentErr.Message = clip(string(data), maxAgentText)
 		}
 		return agentErr
 	}

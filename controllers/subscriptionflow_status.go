@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,8 +15,29 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// maxAgentsListed bounds status.agents (the CRD allows 50).
-const maxAgentsListed = 50
+const (
+	// maxAgentsListed bounds status.agents (the CRD allows 50).
+	maxAgentsListed = 50
+	// maxAgentText bounds what one agent puts into status (an error body, a conflict, a
+	// consumer's name): agents are not trusted to keep theirs short, and the API server refuses
+	// a whole status write when one condition message passes 32768 bytes.
+	maxAgentText = 512
+	// maxConditionMessage bounds every condition message, well inside the API's 32768 bytes.
+	maxConditionMessage = 8192
+)
+
+// clip cuts s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	const mark = "…"
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
 
 // podOutcome is one matched pod's answer to the push of the current revision.
 type podOutcome struct {
@@ -85,7 +108,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	st.Pods, st.Consumers, st.Agents = countOutcomes(obs)
 	st.HeldBy = obs.HeldBy
 	st.Seek = seekStatus(flow, obs)
-	ready, reason, message := readiness(obs, st)
+	ready, reason, message := readiness(flow.Spec, obs, st)
 	for _, note := range obs.Effective.Notes {
 		message += "; " + note
 	}
@@ -136,7 +159,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		pods.Synced++
 		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
-		agent.Message = o.Status.Conflict
+		agent.Message = clip(o.Status.Conflict, maxAgentText)
 		for _, c := range o.Status.Consumers {
 			agent.Consumers++
 			agent.HeldMessages += c.HeldMessages
@@ -202,7 +225,7 @@ func commonState(consumers []protocol.ConsumerStatus) string {
 
 // readiness: what needs a person first (spec problems, auth failures), then unreachable agents,
 // holders not yet released, then consumers not yet in the effective state.
-func readiness(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
+func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
 	if len(obs.Effective.Problems) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonInvalidSpec, strings.Join(obs.Effective.Problems, "; ") +
 			"; the rest of the spec applies"
@@ -222,6 +245,9 @@ func readiness(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.Con
 	if st.Pods.Matched == 0 {
 		return metav1.ConditionTrue, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector"
 	}
+	if st.Consumers.Total == 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers, noConsumersMessage(spec, obs)
+	}
 	if lagging := laggingConsumers(obs); len(lagging) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonConsumersConverging, fmt.Sprintf(
 			"Consumers not yet %s: %s", obs.Effective.State, listNames(lagging))
@@ -230,9 +256,42 @@ func readiness(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.Con
 		"%d agents applied revision %d: %d consumers %s", st.Pods.Synced, obs.Revision, st.Consumers.Total, obs.Effective.State)
 }
 
+// noConsumersMessage says what the flow asked for and what the matched pods' agents consume.
+func noConsumersMessage(spec subflowv1.SubscriptionFlowSpec, obs observation) string {
+	wanted := fmt.Sprintf("subscription %q", spec.Subscription)
+	if spec.Topic != "" {
+		wanted += fmt.Sprintf(" on topic %q", spec.Topic)
+	}
+	var have []string
+	for _, o := range obs.Outcomes {
+		if o.Status == nil {
+			continue
+		}
+		for _, c := range o.Status.OtherConsumers {
+			ref := clip(fmt.Sprintf("%q on %s", c.Subscription, c.Topic), maxAgentText)
+			if !slices.Contains(have, ref) {
+				have = append(have, ref)
+			}
+		}
+	}
+	agents := "their agents have no consumer at all"
+	if len(have) > 0 {
+		agents = "their agents consume " + listNames(have)
+	}
+	return fmt.Sprintf("No consumer of %s in the %d matched pods, so nothing is %s; %s", wanted, len(obs.Outcomes),
+		strings.ToLower(string(obs.Effective.State)), agents)
+}
+
 func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (metav1.ConditionStatus, string, string) {
 	if obs.Effective.State == subflowv1.StateRunning {
 		return metav1.ConditionFalse, subflowv1.ReasonRunning, "The effective state is Running"
+	}
+	// Zero consumers is never paused: nothing was observed halting.
+	if st.Pods.Matched == 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector: no consumer is paused"
+	}
+	if st.Pods.Unreachable == 0 && st.Consumers.Total == 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers, "The matched pods have no consumer of the flow: none is paused"
 	}
 	if st.Pods.Unreachable > 0 || st.Consumers.Running > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonPausePending, fmt.Sprintf(
@@ -266,12 +325,12 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			now := metav1.NewTime(obs.Now)
 			st.CompletionTime = &now
 			for _, p := range o.Status.Seek.Positions {
-				st.Positions = append(st.Positions, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: p.MessageID})
+				st.Positions = append(st.Positions, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: clip(p.MessageID, 128)})
 			}
 		case protocol.SeekFailed:
 			now := metav1.NewTime(obs.Now)
 			st.CompletionTime = &now
-			st.Message = seekFailure(o.Status.Seek)
+			st.Message = clip(seekFailure(o.Status.Seek), maxAgentText)
 		}
 	}
 	return st
@@ -323,7 +382,7 @@ func setCondition(st *subflowv1.SubscriptionFlowStatus, condType string, status 
 		return
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason,
-		Message: message, ObservedGeneration: st.ObservedGeneration})
+		Message: clip(message, maxConditionMessage), ObservedGeneration: st.ObservedGeneration})
 }
 
 func podsWhere(obs observation, pred func(podOutcome) bool) []string {
@@ -358,7 +417,7 @@ func laggingConsumers(obs observation) []string {
 		}
 		for _, c := range o.Status.Consumers {
 			if protocol.MostRestrictive(c.State, want) != c.State {
-				lagging = append(lagging, fmt.Sprintf("%s/%s on %s (%s)", o.Pod, c.Name, c.Topic, c.State))
+				lagging = append(lagging, clip(fmt.Sprintf("%s/%s on %s (%s)", o.Pod, c.Name, c.Topic, c.State), maxAgentText))
 			}
 		}
 	}
@@ -378,5 +437,5 @@ func errorText(err error) string {
 	if err == nil {
 		return "no pod IP yet"
 	}
-	return err.Error()
+	return clip(err.Error(), maxAgentText)
 }

@@ -2,9 +2,11 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +61,13 @@ func TestComputeStatusConditions(t *testing.T) {
 		{name: "wrong token stalls", eff: paused, outcomes: []podOutcome{{Pod: "a", Err: unauthorized}},
 			wantReady: "False/AgentAuthFailed", wantPaused: "False/PausePending", wantStalled: true,
 			wantMessage: "Agents in a refused the token from Secret", wantHalted: "0/0", wantMatched: 1},
-		{name: "no pods", eff: paused, wantReady: "True/NoMatchingPods", wantPaused: "True/ConsumersPaused", wantHalted: "0/0"},
+		{name: "no pods: nothing is paused", eff: paused, wantReady: "True/NoMatchingPods", wantPaused: "False/NoMatchingPods", wantHalted: "0/0"},
+		{name: "a typo in the subscription: nothing is paused", eff: paused,
+			outcomes: []podOutcome{{Pod: "a", Status: &protocol.FlowStatus{AppliedRevision: 3,
+				OtherConsumers: []protocol.ConsumerRef{{Subscription: "ingest", Topic: "persistent://public/default/orders"}}}}},
+			wantReady: "False/NoMatchingConsumers", wantPaused: "False/NoMatchingConsumers",
+			wantMessage: `No consumer of subscription "ingset" in the 1 matched pods, so nothing is paused; their agents consume "ingest" on persistent://public/default/orders`,
+			wantHalted: "0/0", wantMatched: 1, wantReachable: 1},
 		{name: "running", eff: running, outcomes: []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Running)}},
 			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "0/1", wantMatched: 1, wantReachable: 1},
 		{name: "another flow pauses a consumer: not lagging", eff: running,
@@ -68,7 +76,7 @@ func TestComputeStatusConditions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
+			flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 4}, Spec: subflowv1.SubscriptionFlowSpec{Subscription: "ingset"}}
 			st := computeStatus(flow, observation{Effective: tt.eff, Revision: 3, Outcomes: tt.outcomes, Now: time.Now(), TokenRef: "ns/t key token"})
 			assertCondition(t, st, subflowv1.ConditionReady, tt.wantReady)
 			assertCondition(t, st, subflowv1.ConditionPaused, tt.wantPaused)
@@ -91,6 +99,39 @@ func TestComputeStatusConditions(t *testing.T) {
 				t.Errorf("observedGeneration %d revision %d", st.ObservedGeneration, st.Revision)
 			}
 		})
+	}
+}
+
+// Agents' texts are not trusted to be short: 1000 agents each failing with its own 4 KiB body
+// leave every condition message and agent entry bounded (the API refuses a condition message
+// over 32768 bytes, and with it the whole status), and the aggregate says how many it left out.
+func TestComputeStatusBoundsAgentTexts(t *testing.T) {
+	var outcomes []podOutcome
+	for i := range 1000 {
+		body := fmt.Sprintf("pod %d: %s", i, strings.Repeat("é", 2048)) // 4 KiB, multi-byte runes
+		outcomes = append(outcomes, podOutcome{Pod: fmt.Sprintf("pod-%04d", i), Err: &AgentError{Status: 500, Message: body}})
+	}
+	outcomes = append(outcomes, podOutcome{Pod: "conflicted", Status: &protocol.FlowStatus{Conflict: strings.Repeat("x", 65536),
+		Consumers: []protocol.ConsumerStatus{{Name: strings.Repeat("n", 65536), Topic: "t", State: protocol.Running}}}})
+	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	st := computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused, Source: subflowv1.SourceSpec},
+		Revision: 1, Outcomes: outcomes, Now: time.Now()})
+	for _, c := range st.Conditions {
+		if len(c.Message) > maxConditionMessage || !utf8.ValidString(c.Message) {
+			t.Errorf("%s message is %d bytes (valid UTF-8: %v)", c.Type, len(c.Message), utf8.ValidString(c.Message))
+		}
+	}
+	ready := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionReady)
+	if !strings.Contains(ready.Message, "1000 of 1001 agents unreachable") || !strings.Contains(ready.Message, "and 990 more") {
+		t.Errorf("Ready message does not count what it left out: %.300q", ready.Message)
+	}
+	if len(st.Agents) != maxAgentsListed {
+		t.Errorf("%d agents listed, want %d", len(st.Agents), maxAgentsListed)
+	}
+	for _, a := range st.Agents {
+		if len(a.Message) > maxAgentText || !utf8.ValidString(a.Message) {
+			t.Errorf("agent %s message is %d bytes", a.Pod, len(a.Message))
+		}
 	}
 }
 

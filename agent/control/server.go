@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -266,6 +267,9 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		Conflict:        s.rules.conflicts(rl, consumers),
 		Backlog:         s.backlog.latest(watched),
 	}
+	if len(consumers) == 0 {
+		status.OtherConsumers = otherConsumers(s.agent.Consumers())
+	}
 	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
 	writeJSON(w, http.StatusOK, status)
 }
@@ -319,6 +323,19 @@ func (s *Server) getState(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, protocol.AgentState{
 		Pod: s.agent.Name(), Flows: s.rules.summary(), Consumers: statuses(s.agent.Consumers()),
 	})
+}
+
+// otherConsumers names the distinct subscriptions and topics of consumers, in order, bounded.
+func otherConsumers(consumers []*agent.Consumer) []protocol.ConsumerRef {
+	var refs []protocol.ConsumerRef
+	for _, c := range consumers {
+		st := c.Status()
+		ref := protocol.ConsumerRef{Subscription: st.Subscription, Topic: st.Topic}
+		if !slices.Contains(refs, ref) && len(refs) < protocol.MaxOtherConsumers {
+			refs = append(refs, ref)
+		}
+	}
+	return refs
 }
 
 func statuses(consumers []*agent.Consumer) []protocol.ConsumerStatus {

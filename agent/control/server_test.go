@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,24 @@ func TestStaleRevisionIsIgnored(t *testing.T) {
 	// A recreated flow (new UID) starts its own revisions.
 	if code, st := put(t, pod, "f", protocol.FlowRequest{UID: "u2", Revision: 1, Subscription: "sub", State: protocol.Running}); code != 200 || st.Consumers[0].State != protocol.Running {
 		t.Fatalf("recreated flow: %d %+v", code, st)
+	}
+}
+
+// A rule that matches no consumer (a typo) changes nothing and answers with what the agent
+// does consume, so that the controller can name it; a rule that matches says nothing more.
+func TestRuleMatchingNoConsumerNamesTheOthers(t *testing.T) {
+	b := pulsartest.Start(t)
+	pod := startPods(t, b, "persistent://public/default/orders", "pod-a")[0]
+	code, st := put(t, pod, "typo", protocol.FlowRequest{UID: "u1", Revision: 1, Subscription: "sbu", State: protocol.Paused})
+	want := []protocol.ConsumerRef{{Subscription: "sub", Topic: "persistent://public/default/orders"}}
+	if code != 200 || len(st.Consumers) != 0 || !slices.Equal(st.OtherConsumers, want) {
+		t.Fatalf("%d %+v, want no consumer and the others %+v", code, st, want)
+	}
+	if got := pod.Consumer.State(); got != protocol.Running {
+		t.Fatalf("a rule for another subscription paused the consumer: %s", got)
+	}
+	if _, st := put(t, pod, "right", protocol.FlowRequest{UID: "u2", Revision: 1, Subscription: "sub", State: protocol.Paused}); len(st.Consumers) != 1 || st.OtherConsumers != nil {
+		t.Fatalf("matching rule: %+v", st)
 	}
 }
 

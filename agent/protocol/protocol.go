@@ -108,6 +108,10 @@ type FlowStatus struct {
 	Seek *SeekStatus `json:"seek,omitempty"`
 	// Conflict names other flows that match the same consumers with a different state.
 	Conflict string `json:"conflict,omitempty"`
+	// OtherConsumers lists, when the rule matched no consumer, the subscriptions and topics of
+	// the consumers the agent does have (at most MaxOtherConsumers), so that the controller can
+	// name a typo in the flow.
+	OtherConsumers []ConsumerRef `json:"otherConsumers,omitempty"`
 	// Backlog reports, per topic (partition), the subscription's backlog on the broker and the
 	// retention policies in force, when the request asked for it. Values may lag by the agent's
 	// refresh period.
@@ -151,6 +155,15 @@ type BacklogQuota struct {
 	// Policy is producer_request_hold, producer_exception or consumer_backlog_eviction; only
 	// the last deletes messages.
 	Policy string `json:"policy"`
+}
+
+// MaxOtherConsumers bounds FlowStatus.OtherConsumers.
+const MaxOtherConsumers = 20
+
+// ConsumerRef names a consumer's subscription and topic.
+type ConsumerRef struct {
+	Subscription string `json:"subscription"`
+	Topic        string `json:"topic"`
 }
 
 // ConsumerStatus is the observed state of one agent consumer.

@@ -28,6 +28,9 @@ const (
 	ReasonSynced = "Synced"
 	// ReasonNoMatchingPods (Ready=True): the selector matches no pod; nothing to drive.
 	ReasonNoMatchingPods = "NoMatchingPods"
+	// ReasonNoMatchingConsumers: the matched pods' agents have no consumer of the flow's
+	// subscription (and topic): nothing is paused, whatever the flow asks. Usually a typo.
+	ReasonNoMatchingConsumers = "NoMatchingConsumers"
 	// ReasonAgentsUnreachable (Ready=False): some pods' agents did not answer; the message names them.
 	ReasonAgentsUnreachable = "AgentsUnreachable"
 	// ReasonConsumersConverging (Ready=False): agents answered but some consumers are not yet in the effective state.

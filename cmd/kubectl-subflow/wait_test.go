@@ -111,6 +111,30 @@ func TestWaitTimesOutWithTheReason(t *testing.T) {
 	}
 }
 
+// A flow whose subscription matches no consumer (a typo) is never paused: wait does not
+// succeed on the status the controller writes for it, and says why.
+func TestWaitForPausedRefusesAFlowWithoutConsumers(t *testing.T) {
+	ns := namespace(t, "wait-typo")
+	newFlow(t, ns, "orders", nil)
+	setStatus(t, ns, "orders", func(f *subflowv1.SubscriptionFlow) {
+		f.Status.ObservedGeneration = f.Generation
+		f.Status.EffectiveState, f.Status.StateSource = subflowv1.StatePaused, subflowv1.SourceSpec
+		f.Status.Conditions = []metav1.Condition{
+			condition(subflowv1.ConditionReady, metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers,
+				`No consumer of subscription "ingset" in the 2 matched pods, so nothing is paused; their agents consume "ingest" on orders`),
+			condition(subflowv1.ConditionPaused, metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers,
+				"The matched pods have no consumer of the flow: none is paused"),
+		}
+	})
+
+	r := subflow("wait", "orders", "--for", "paused", "--timeout", "1s", "-n", ns)
+
+	want := "to be paused: Paused=False (NoMatchingConsumers): The matched pods have no consumer of the flow: none is paused\n"
+	if r.code != 1 || !strings.HasSuffix(r.stderr, want) || r.stdout != "" {
+		t.Errorf("%s, want exit 1 and stderr ending %q", r, want)
+	}
+}
+
 func TestWaitFailsWhenTheFlowIsDeleted(t *testing.T) {
 	ns := namespace(t, "wait-deleted")
 	flow := newFlow(t, ns, "orders", nil)

@@ -1,0 +1,96 @@
+package controllers_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// 1000 pods whose agents each answer 500 with their own 4 KiB body: the status is still
+// written for the flow's generation (the API server refuses a whole status whose condition
+// message passes 32768 bytes), names the first pods and counts the others.
+func TestIntegrationStatusStaysWritableWithAThousandFailingAgents(t *testing.T) {
+	const pods = 1000
+	ns := namespace(t, true)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range pods {
+		body := fmt.Sprintf("agent %d failed: %s", i, strings.Repeat("é", 2040))
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, body, http.StatusInternalServerError)
+		}))
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		p, _ := strconv.Atoi(port)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			createPod(t, ns, fmt.Sprintf("worker-%04d", i), p)
+		}()
+	}
+	wg.Wait()
+	flow := newFlow(ns, "flow", "", subflowv1.StatePaused)
+	create(t, flow)
+	got := waitFlow(t, flow, "a status for every pod", func(f *subflowv1.SubscriptionFlow) bool {
+		return current(f) && f.Status.Pods.Matched == pods && condition(f, subflowv1.ConditionReady) != nil
+	})
+	ready := condition(got, subflowv1.ConditionReady)
+	if ready.Reason != subflowv1.ReasonAgentsUnreachable || !strings.Contains(ready.Message, "1000 of 1000 agents unreachable") ||
+		!strings.Contains(ready.Message, "and 990 more") {
+		t.Fatalf("Ready = %s %s: %.400s", ready.Status, ready.Reason, ready.Message)
+	}
+	if isTrue(got, subflowv1.ConditionPaused) {
+		t.Fatal("Paused is True while no agent answered")
+	}
+	for _, c := range got.Status.Conditions {
+		if len(c.Message) > 8192 || !utf8.ValidString(c.Message) {
+			t.Errorf("%s message: %d bytes", c.Type, len(c.Message))
+		}
+	}
+	for _, a := range got.Status.Agents {
+		if len(a.Message) > 512 || !strings.Contains(a.Message, "failed") {
+			t.Errorf("agent %s message (%d bytes): %.100q", a.Pod, len(a.Message), a.Message)
+		}
+	}
+	// A spec change still reaches status.
+	patchFlow(t, got, `{"spec":{"state":"Running"}}`)
+	waitFlow(t, flow, "the new generation observed", func(f *subflowv1.SubscriptionFlow) bool {
+		return current(f) && f.Status.EffectiveState == subflowv1.StateRunning
+	})
+}
+
+// A typo in the subscription: the pod's consumer keeps running, the flow does not claim it
+// paused (Ready=False NoMatchingConsumers naming what the agent consumes, Paused not True).
+func TestIntegrationTypoInSubscriptionIsNotPaused(t *testing.T) {
+	ns := namespace(t, true)
+	topic := "persistent://public/default/typo-" + ns
+	pod := startPod(t, ns, "worker-0", topic, testToken)
+	flow := newFlow(ns, "flow", "", subflowv1.StatePaused)
+	flow.Spec.Subscription = "ingset"
+	create(t, flow)
+	got := waitFlow(t, flow, "NoMatchingConsumers", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionReady)
+		return current(f) && c != nil && c.Reason == subflowv1.ReasonNoMatchingConsumers
+	})
+	ready, paused := condition(got, subflowv1.ConditionReady), condition(got, subflowv1.ConditionPaused)
+	want := fmt.Sprintf(`their agents consume "ingest" on %s`, topic)
+	if ready.Status != "False" || !strings.Contains(ready.Message, `No consumer of subscription "ingset"`) || !strings.Contains(ready.Message, want) {
+		t.Fatalf("Ready = %s: %s", ready.Status, ready.Message)
+	}
+	if paused == nil || paused.Status == "True" || paused.Reason != subflowv1.ReasonNoMatchingConsumers {
+		t.Fatalf("Paused = %+v", paused)
+	}
+	if st := pod.Consumer.Status(); st.State != protocol.Running {
+		t.Fatalf("the pod's consumer is %s, want Running (the flow names another subscription)", st.State)
+	}
+}
