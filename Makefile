@@ -76,6 +76,13 @@ conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of
 		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
 	done
 
+.PHONY: chaos-pulsar
+chaos-pulsar: ## Run the short seeded chaos run (TestShortRun) on a real Apache Pulsar of each of PULSAR_VERSIONS.
+	@set -e; export KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)"; for v in $(PULSAR_VERSIONS); do \
+		echo "== chaos, short run, on Apache Pulsar $$v"; \
+		PULSAR_VERSION=$$v $(PULSAR) exec -- $(GO) test $(TEST_FLAGS) -run '^TestShortRun$$' ./internal/chaos/; \
+	done
+
 .PHONY: demo-pulsar
 demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone of each of PULSAR_VERSIONS.
 	@set -e; export KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)"; for v in $(PULSAR_VERSIONS); do \
@@ -84,8 +91,8 @@ demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone
 	done
 
 .PHONY: bench
-bench: ## Run the benchmarks side by side and write BENCHMARKS.md.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/benchreport
+bench: ## Run the benchmarks side by side and write BENCHMARKS.md (a real Pulsar runs for the *Pulsar benchmarks).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- $(GO) run ./hack/benchreport
 
 .PHONY: chaos
 chaos: ## Run a long seeded chaos run (SEED=n to replay; CHAOS_FLAGS for scale) and exit non-zero on any violation.

@@ -3,6 +3,10 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
@@ -71,12 +75,23 @@ func startAgents(b *testing.B, ns, topic string, n int) []*podsim.Pod {
 // each consumer's own state-change time (one sample per agent per round); "all" is when the
 // last agent paused (one sample per round). At least 100 rounds run, so that a p99 is not
 // simply the maximum of a handful.
+//
+// The hanging=1 variants add one matched pod whose agent accepts the connection and never
+// answers: the figures are the healthy agents', to set beside the run without it.
 func BenchmarkPausePropagation(b *testing.B) {
-	for _, n := range []int{10, 100, 1000} {
-		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
+	for _, tc := range []struct{ agents, hanging int }{{10, 0}, {10, 1}, {100, 0}, {100, 1}, {1000, 0}} {
+		name := fmt.Sprintf("agents=%d", tc.agents)
+		if tc.hanging > 0 {
+			name += fmt.Sprintf(",hanging=%d", tc.hanging)
+		}
+		n := tc.agents
+		b.Run(name, func(b *testing.B) {
 			ns := namespace(b, true)
 			topic := "bench-" + ns
 			pods := startAgents(b, ns, topic, n)
+			for i := range tc.hanging {
+				startHangingAgent(b, ns, fmt.Sprintf("hanging-%d", i))
+			}
 			flow := newFlow(ns, "bench", topic, subflowv1.StateRunning)
 			if err := k8s.Create(context.Background(), flow); err != nil {
 				b.Fatal(err)
@@ -192,6 +207,17 @@ func resyncAll(b *testing.B, r *controllers.SubscriptionFlowReconciler, keys []c
 	}
 	close(work)
 	wg.Wait()
+}
+
+// startHangingAgent registers a pod whose agent accepts connections and never answers.
+func startHangingAgent(b *testing.B, ns, name string) {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the server notices the client leave only after the body
+		<-r.Context().Done()
+	}))
+	b.Cleanup(srv.Close)
+	createPod(b, ns, name, srv.Listener.Addr().(*net.TCPAddr).Port)
 }
 
 func patchBench(b *testing.B, flow *subflowv1.SubscriptionFlow, patch string) {

@@ -7,12 +7,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
 // fanOut calls call for every pod that has an agent address, with at most parallelism calls in
-// flight, and returns when all are done.
+// flight, and returns when all are done (releases wait for every agent).
 func (r *SubscriptionFlowReconciler) fanOut(pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, call func(i int, t AgentTarget)) {
 	sem := make(chan struct{}, r.parallelism())
 	var wg sync.WaitGroup
@@ -32,25 +36,89 @@ func (r *SubscriptionFlowReconciler) fanOut(pods []corev1.Pod, target func(*core
 }
 
 // pushAll sends each pod's request to its agent and returns one outcome per pod, in the pods'
-// order. Pods without an IP are reported unreachable at once.
-func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget,
-	request func(pod string) protocol.FlowRequest) []podOutcome {
+// order. Pods without an IP are reported unreachable at once. It waits for answers only while
+// they keep coming (pushPatience): a push still in flight after that is reported as such, goes
+// on, and requeues the flow when it ends; the next reconcile reports its outcome instead of
+// pushing that pod again, if the revision is still the same.
+func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, revision int64, pods []corev1.Pod,
+	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
 	outcomes := make([]podOutcome, len(pods))
+	answered := make(chan struct{}, len(pods))
+	sem := make(chan struct{}, r.parallelism())
+	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
+	waiting := map[int]pushKey{}
+	now := time.Now()
 	for i := range pods {
 		outcomes[i].Pod = pods[i].Name
-	}
-	r.fanOut(pods, target, func(i int, t AgentTarget) {
-		start := time.Now()
-		status, err := r.Agents.PutFlow(ctx, t, request(t.Pod))
-		pushDuration.Observe(time.Since(start).Seconds())
-		if err != nil {
-			pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
-			outcomes[i].Err = err
-			return
+		t := target(&pods[i])
+		if t.BaseURL == "" {
+			continue
 		}
-		outcomes[i].Status = &status
-	})
+		key := pushKey{flow: flow, pod: t.Pod}
+		if o, ok := r.pushes.take(key, revision, now); ok {
+			outcomes[i] = o
+			continue
+		}
+		r.pushes.start(key, revision, now)
+		waiting[i] = key
+		go func() {
+			sem <- struct{}{}
+			outcome := r.pushOne(ctx, t, request(t.Pod))
+			<-sem
+			if r.pushes.finish(key, outcome) {
+				r.wake(flow)
+			}
+			answered <- struct{}{}
+		}()
+	}
+	patience := time.NewTimer(pushPatience)
+	defer patience.Stop()
+	for len(waiting) > 0 {
+		select {
+		case <-answered:
+			patience.Reset(pushPatience)
+		case <-patience.C:
+			for i, key := range waiting {
+				if o, ok := r.pushes.collect(key, true); ok {
+					outcomes[i] = o
+				} else {
+					outcomes[i].Err = &stillPushing{since: time.Since(now)}
+				}
+			}
+			return outcomes
+		}
+		for i, key := range waiting {
+			if o, ok := r.pushes.collect(key, false); ok {
+				outcomes[i] = o
+				delete(waiting, i)
+			}
+		}
+	}
 	return outcomes
+}
+
+// pushOne pushes one request and records how it went.
+func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget, req protocol.FlowRequest) podOutcome {
+	start := time.Now()
+	status, err := r.Agents.PutFlow(ctx, t, req)
+	pushDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
+		return podOutcome{Pod: t.Pod, Err: err}
+	}
+	return podOutcome{Pod: t.Pod, Status: &status}
+}
+
+// wake requeues a flow whose late push ended. Never blocks: when the channel is full, the
+// flow's retry (it is not Ready while a push is in flight) comes anyway.
+func (r *SubscriptionFlowReconciler) wake(flow types.NamespacedName) {
+	if r.lateAnswers == nil {
+		return
+	}
+	select {
+	case r.lateAnswers <- event.GenericEvent{Object: &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: flow.Namespace, Name: flow.Name}}}:
+	default:
+	}
 }
 
 func pushErrorReason(err error) string {

@@ -2,17 +2,20 @@ package controllers_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
-	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/podsim"
 )
 
 // 1000 pods whose agents each answer 500 with their own 4 KiB body: the status is still
@@ -92,5 +95,48 @@ func TestIntegrationTypoInSubscriptionIsNotPaused(t *testing.T) {
 	}
 	if st := pod.Consumer.Status(); st.State != protocol.Running {
 		t.Fatalf("the pod's consumer is %s, want Running (the flow names another subscription)", st.State)
+	}
+}
+
+// One matched pod whose agent never answers: the others are paused and resumed without
+// waiting for it, the status names it as unreachable with its push still in flight, and the
+// controller never piles a second push onto the one it is still waiting for.
+func TestIntegrationHangingAgentHoldsNobodyBack(t *testing.T) {
+	ns := namespace(t, true)
+	topic := "persistent://public/default/hang-" + ns
+	healthy := []*podsim.Pod{startPod(t, ns, "worker-0", topic, testToken), startPod(t, ns, "worker-1", topic, testToken)}
+	var inFlight, maxInFlight atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := maxInFlight.Load(); n > m && !maxInFlight.CompareAndSwap(m, n); m = maxInFlight.Load() {
+		}
+		_, _ = io.Copy(io.Discard, r.Body) // the server notices the client leave only after the body
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	createPod(t, ns, "hanging", srv.Listener.Addr().(*net.TCPAddr).Port)
+
+	flow := newFlow(ns, "flow", topic, subflowv1.StatePaused)
+	create(t, flow)
+	for _, p := range healthy {
+		eventually(t, p.Name+" paused", func() bool { return p.Consumer.State() == protocol.Paused })
+	}
+	got := waitFlow(t, flow, "the hanging pod named", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionReady)
+		return current(f) && c != nil && strings.Contains(c.Message, "hanging (no answer yet after")
+	})
+	if ready := condition(got, subflowv1.ConditionReady); ready.Reason != subflowv1.ReasonAgentsUnreachable || !strings.Contains(ready.Message, "1 of 3 agents unreachable") {
+		t.Fatalf("Ready: %s %s", ready.Reason, ready.Message)
+	}
+	if isTrue(got, subflowv1.ConditionPaused) {
+		t.Fatal("Paused is True while one agent has not answered")
+	}
+	patchFlow(t, got, `{"spec":{"state":"Running"}}`)
+	for _, p := range healthy {
+		eventually(t, p.Name+" running again", func() bool { return p.Consumer.State() == protocol.Running })
+	}
+	if n := maxInFlight.Load(); n != 1 {
+		t.Fatalf("%d pushes to the hanging agent at once, want 1", n)
 	}
 }

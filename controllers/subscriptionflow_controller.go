@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -81,6 +83,9 @@ type SubscriptionFlowReconciler struct {
 	holders holderBook
 	retries retryBook
 	written writtenBook
+	pushes  pushBook
+	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
+	lateAnswers chan event.GenericEvent
 }
 
 func (r *SubscriptionFlowReconciler) parallelism() int {
@@ -203,10 +208,11 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		req.ReportBacklog = pod == obs.Reporter
 		return req
 	}
-	obs.Outcomes = r.pushAll(ctx, pods, target, request)
+	key := flowKey(flow)
+	obs.Outcomes = r.pushAll(ctx, key, obs.Revision, pods, target, request)
 	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
 		obs.Revision = newest + 1
-		obs.Outcomes = r.pushAll(ctx, pods, target, request)
+		obs.Outcomes = r.pushAll(ctx, key, obs.Revision, pods, target, request)
 	}
 }
 
@@ -381,6 +387,7 @@ func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	r.holders.forget(key)
 	r.retries.reset(key)
 	r.written.forget(key)
+	r.pushes.forget(key)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
@@ -502,9 +509,11 @@ func (r *SubscriptionFlowReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Agents == nil {
 		r.Agents = NewHTTPAgentClient(DefaultPushTimeout, nil)
 	}
+	r.lateAnswers = make(chan event.GenericEvent, 1024)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&subflowv1.SubscriptionFlow{}, builder.WithPredicates(flowSpecOrIntentChanged)).
 		Watches(&corev1.Pod{}, r.podEvents(), builder.WithPredicates(podChangesAgentReach)).
+		WatchesRawSource(source.Channel(r.lateAnswers, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentFlows}).
 		Named("subscriptionflow").
 		Complete(r)

@@ -67,7 +67,7 @@ func TestComputeStatusConditions(t *testing.T) {
 				OtherConsumers: []protocol.ConsumerRef{{Subscription: "ingest", Topic: "persistent://public/default/orders"}}}}},
 			wantReady: "False/NoMatchingConsumers", wantPaused: "False/NoMatchingConsumers",
 			wantMessage: `No consumer of subscription "ingset" in the 1 matched pods, so nothing is paused; their agents consume "ingest" on persistent://public/default/orders`,
-			wantHalted: "0/0", wantMatched: 1, wantReachable: 1},
+			wantHalted:  "0/0", wantMatched: 1, wantReachable: 1},
 		{name: "running", eff: running, outcomes: []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Running)}},
 			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "0/1", wantMatched: 1, wantReachable: 1},
 		{name: "another flow pauses a consumer: not lagging", eff: running,

@@ -31,6 +31,8 @@ var targets = []Target{
 	{Text: "Pause propagation, 1000 agents: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Pause propagation, 1000 agents: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Pause propagation, 10 agents (context)", Benchmark: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms"},
+	{Text: "Pause propagation, 10 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=10,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},
+	{Text: "Pause propagation, 100 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=100,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},
 	{Text: "Resume: first buffered message to the app, p99 <= 5 ms", Benchmark: `^BenchmarkResumeToFirstMessage$`, Unit: "p99-\u00b5s", Cmp: "<=", Threshold: 5000},
 	{Text: "Seek by index, 10^6 entries: probes <= 2*log2(entries)+8", Benchmark: `^BenchmarkSeekProbes/entries=1000000/`, Unit: "probes/op", Cmp: "<=", Threshold: probeBound(1e6)},
 	{Text: "Seek by index, 10^7 entries: probes <= 2*log2(entries)+8", Benchmark: `^BenchmarkSeekProbes/entries=10000000/`, Unit: "probes/op", Cmp: "<=", Threshold: probeBound(1e7)},
@@ -46,6 +48,11 @@ var targets = []Target{
 	{Text: "Chaos, long run: >= 100k messages", Benchmark: `^BenchmarkLongRun$`, Unit: "messages", Cmp: ">=", Threshold: 100_000},
 	{Text: "Chaos, long run: 0 invariant violations", Benchmark: `^BenchmarkLongRun$`, Unit: "violations", Cmp: "<=", Threshold: 0},
 	{Text: "Chaos, long run: convergence after the last operation (context)", Benchmark: `^BenchmarkLongRun$`, Unit: "converge-ms"},
+	{Text: "Chaos, long run on a real Pulsar: >= 1000 random operations", Benchmark: `^BenchmarkLongRunPulsar$`, Unit: "operations", Cmp: ">=", Threshold: 1000},
+	{Text: "Chaos, long run on a real Pulsar: >= 100k messages", Benchmark: `^BenchmarkLongRunPulsar$`, Unit: "messages", Cmp: ">=", Threshold: 100_000},
+	{Text: "Chaos, long run on a real Pulsar: 0 invariant violations", Benchmark: `^BenchmarkLongRunPulsar$`, Unit: "violations", Cmp: "<=", Threshold: 0},
+	{Text: "Seek by index on a real Pulsar, 10^6 entries: probes <= 2*log2(entries)+8", Benchmark: `^BenchmarkWholeSeekPulsar$`, Unit: "probes/op", Cmp: "<=", Threshold: probeBound(1e6)},
+	{Text: "Seek by index on a real Pulsar, 10^6 entries: whole seek under 1 s", Benchmark: `^BenchmarkWholeSeekPulsar$`, Unit: "ms/seek", Cmp: "<", Threshold: 1000},
 	{Text: "Test broker produce+consume throughput (context; the consume benchmarks drain a pre-produced backlog instead)", Benchmark: `^BenchmarkProduceConsume/`, Unit: "msgs/s"},
 }
 

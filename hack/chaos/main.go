@@ -3,6 +3,11 @@
 // run again with -seed to replay the same sequence of operations.
 //
 //	go run ./hack/chaos -seed 42 -ops 1000 -messages 100000 -duration 10m
+//
+// It runs on the in-process test cluster, or with -pulsar-url and -admin-url on a real broker
+// (in a namespace new to the run), e.g. the one hack/pulsar/pulsar.sh starts:
+//
+//	hack/pulsar/pulsar.sh exec -- sh -c 'go run ./hack/chaos -pulsar-url "$PULSAR_URL" -admin-url "$PULSAR_ADMIN_URL"'
 package main
 
 import (
@@ -25,8 +30,14 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "length of the operations phase")
 	flag.DurationVar(&cfg.Converge, "converge", 90*time.Second, "bound on convergence after the last operation")
 	flag.DurationVar(&cfg.Drain, "drain", 2*time.Minute, "bound on delivering every message after the final Running")
+	flag.StringVar(&cfg.ServiceURL, "pulsar-url", "", "run on this Pulsar broker (pulsar://host:6650) instead of the in-process test cluster; needs -admin-url")
+	flag.StringVar(&cfg.AdminURL, "admin-url", "", "the broker's admin API (http://host:8080), with -pulsar-url")
 	verbose := flag.Bool("v", false, "print every operation as it is applied")
 	flag.Parse()
+	if (cfg.ServiceURL == "") != (cfg.AdminURL == "") {
+		fmt.Fprintln(os.Stderr, "chaos: -pulsar-url and -admin-url go together")
+		os.Exit(2)
+	}
 	if *verbose {
 		cfg.Verbose = os.Stdout
 	}

@@ -10,7 +10,9 @@ import (
 )
 
 // TestShortRun is the CI run: a fixed seed (CHAOS_SEED overrides it), at least 10k messages
-// and 100 operations over every consumer kind and fault, every invariant checked.
+// and 100 operations over every consumer kind and fault, every invariant checked. With
+// PULSAR_URL and PULSAR_ADMIN_URL set (hack/pulsar/pulsar.sh exec does) it runs on that
+// broker, otherwise on the in-process test cluster.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and runs for minutes")
@@ -18,6 +20,7 @@ func TestShortRun(t *testing.T) {
 	seed := seedFromEnv(t)
 	var out strings.Builder
 	cfg := Config{Seed: seed, Ops: 120, Messages: 10000, Pods: 10, Duration: 80 * time.Second, Out: &out}
+	brokerFromEnv(t, &cfg)
 	if testing.Verbose() {
 		cfg.Verbose = os.Stdout
 	}
@@ -45,6 +48,15 @@ func sum(m map[string]int) int {
 	return n
 }
 
+// brokerFromEnv names the real broker of PULSAR_URL and PULSAR_ADMIN_URL, when both are set.
+func brokerFromEnv(tb testing.TB, cfg *Config) {
+	service, admin := os.Getenv("PULSAR_URL"), os.Getenv("PULSAR_ADMIN_URL")
+	if (service == "") != (admin == "") {
+		tb.Fatalf("PULSAR_URL (%q) and PULSAR_ADMIN_URL (%q) go together", service, admin)
+	}
+	cfg.ServiceURL, cfg.AdminURL = service, admin
+}
+
 // seedFromEnv is 1, or CHAOS_SEED when set.
 func seedFromEnv(tb testing.TB) uint64 {
 	s := os.Getenv("CHAOS_SEED")
@@ -59,13 +71,27 @@ func seedFromEnv(tb testing.TB) uint64 {
 }
 
 // BenchmarkLongRun is the long run DESIGN section 6 sets the reliability goal on (1000
-// operations, 100k messages, 10 minutes; seed 1 unless CHAOS_SEED), for make bench to record.
-// It runs once whatever b.N asks: the figures are the run's, not per operation. Violations
-// are reported as a figure (the report marks the target missed) and listed in the log.
-func BenchmarkLongRun(b *testing.B) {
+// operations, 100k messages, 10 minutes; seed 1 unless CHAOS_SEED), for make bench to record,
+// on the in-process test cluster. It runs once whatever b.N asks: the figures are the run's,
+// not per operation. Violations are reported as a figure (the report marks the target missed)
+// and listed in the log.
+func BenchmarkLongRun(b *testing.B) { longRun(b, Config{}) }
+
+// BenchmarkLongRunPulsar is the same run on the real broker of PULSAR_URL and
+// PULSAR_ADMIN_URL (make bench starts one).
+func BenchmarkLongRunPulsar(b *testing.B) {
+	var cfg Config
+	if brokerFromEnv(b, &cfg); cfg.ServiceURL == "" {
+		b.Skip("needs a real broker: set PULSAR_URL and PULSAR_ADMIN_URL (make bench starts one)")
+	}
+	longRun(b, cfg)
+}
+
+func longRun(b *testing.B, broker Config) {
 	seed := seedFromEnv(b)
 	var out strings.Builder
-	cfg := Config{Seed: seed, Ops: 1000, Messages: 100000, Pods: 10, Duration: 10 * time.Minute, Out: &out}
+	cfg := Config{Seed: seed, Ops: 1000, Messages: 100000, Pods: 10, Duration: 10 * time.Minute, Out: &out,
+		ServiceURL: broker.ServiceURL, AdminURL: broker.AdminURL}
 	var rep *Report
 	for b.Loop() {
 		if rep != nil {

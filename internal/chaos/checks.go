@@ -248,7 +248,7 @@ func (w *world) awaitSeek(ctx context.Context, name, id string, bound time.Durat
 func (w *world) checkFlows(rep *Report) {
 	for _, g := range w.groups {
 		for _, topic := range g.topics {
-			for _, f := range w.wire.Flows(wirerec.Filter{Topic: topicRoot + topic, Subscription: g.subscription}) {
+			for _, f := range w.wire.Flows(wirerec.Filter{Topic: w.root + topic, Subscription: g.subscription}) {
 				if f.AfterClose {
 					continue
 				}

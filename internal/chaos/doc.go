@@ -1,8 +1,18 @@
 // Package chaos runs a seeded, reproducible sequence of random operations over the whole
-// system - the envtest API server, a two-broker test cluster with its faults (topics move
-// between the brokers; clients follow lookups, agents follow admin redirects to the owner),
-// the real controller manager and simulated pods, each with a real agent and real
-// pulsar-client-go consumers - and checks invariants while it runs and at the end:
+// system - the envtest API server, a Pulsar broker side with its faults, the real controller
+// manager and simulated pods, each with a real agent and real pulsar-client-go consumers -
+// and checks invariants while it runs and at the end.
+//
+// The broker side is one of two (brokers.go). By default it is the in-process two-broker test
+// cluster (internal/pulsartest): topics move between the brokers (clients follow lookups,
+// agents follow admin redirects to the owner), a broker drops its connections, unloads a
+// topic or answers with latency. With Config.ServiceURL and Config.AdminURL (TestShortRun and
+// BenchmarkLongRun take PULSAR_URL and PULSAR_ADMIN_URL, as hack/pulsar/pulsar.sh exec sets
+// them; hack/chaos takes -pulsar-url and -admin-url) it is a real Apache Pulsar broker, with
+// the run's topics in a namespace created for the run: a topic unload is the admin API's, a
+// connection drop cuts every connection at the wire recorder (the agents' clients; the
+// producers keep theirs), and topic moves and broker latency are not drawn. Admin faults are
+// injected at the agents' admin proxy with either. The checks are the same:
 //
 //   - strict pause: no message reaches an application while its consumer is continuously
 //     Paused or Stopped (the agent's own state and its change timestamp, read before the

@@ -61,13 +61,19 @@ var weights = []struct {
 	{opTopicUnload, 3}, {opTopicMove, 3}, {opAdminFault, 3}, {opBrokerLatency, 2},
 }
 
-func drawKind(rng *rand.Rand) string {
+// drawKind draws one of the kinds the broker side can apply (draws), with their weights.
+func drawKind(rng *rand.Rand, draws func(kind string) bool) string {
 	total := 0
 	for _, w := range weights {
-		total += w.weight
+		if draws(w.kind) {
+			total += w.weight
+		}
 	}
 	n := rng.IntN(total)
 	for _, w := range weights {
+		if !draws(w.kind) {
+			continue
+		}
 		if n < w.weight {
 			return w.kind
 		}
@@ -152,7 +158,7 @@ func (e *engine) step(ctx context.Context, i, total int) {
 		heal()
 	}
 	delete(e.heals, i)
-	kind := drawKind(e.rng)
+	kind := drawKind(e.rng, e.w.broker.draws)
 	if (i == total/3 && !e.ha) || (i == 2*total/3 && e.ha) {
 		kind = opControllerHA
 	}
@@ -235,22 +241,22 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opControllerKill:
 		return e.killController()
 	case opBrokerDrop:
-		k := a % brokers
 		e.w.reconnectEvent() // before the fault: consumers may re-subscribe before it returns
-		e.w.producers.aroundFault(e.w.cluster.Broker(k).DropConnections)
-		return fmt.Sprintf("every connection to broker %d", k), nil
+		var detail string
+		e.w.producers.aroundFault(func() { detail = e.w.broker.dropConnections(e.w.wire, a%clusterBrokers) })
+		return detail, nil
 	case opTopicUnload:
 		topic := producedTopics[a%len(producedTopics)]
 		e.w.reconnectEvent()
 		var err error
-		e.w.producers.aroundFault(func() { err = e.w.broker.UnloadTopic(topicRoot + topic) })
+		e.w.producers.aroundFault(func() { err = e.w.broker.unload(topic) })
 		return topic, err
 	case opTopicMove:
 		topic := producedTopics[a%len(producedTopics)]
-		to := b % brokers
+		to := b % clusterBrokers
 		e.w.reconnectEvent()
 		var err error
-		e.w.producers.aroundFault(func() { err = e.w.cluster.MoveTopic(topicRoot+topic, to) })
+		e.w.producers.aroundFault(func() { err = e.w.broker.moveTopic(topic, to) })
 		return fmt.Sprintf("%s to broker %d", topic, to), err
 	case opAdminFault:
 		span := 1 + b%faultSpanOps
@@ -268,13 +274,8 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opBrokerLatency:
 		d := time.Duration(20+a%280) * time.Millisecond
 		span := 1 + b%3
-		setLatency := func(d time.Duration) {
-			for _, b := range e.w.cluster.Brokers() {
-				b.SetLatency(d)
-			}
-		}
-		setLatency(d)
-		e.healAt(i+span, func() { setLatency(0) })
+		e.w.broker.setLatency(d)
+		e.healAt(i+span, func() { e.w.broker.setLatency(0) })
 		return fmt.Sprintf("%s for %d ops", d, span), nil
 	}
 	return "", fmt.Errorf("unknown operation %q", kind)

@@ -26,6 +26,10 @@ type Config struct {
 	Drain time.Duration
 	// Out receives the report; Verbose, when set, every operation as it is applied.
 	Out, Verbose io.Writer
+	// ServiceURL (pulsar://host:port) and AdminURL (http://host:port) name a real Pulsar
+	// broker to run on, in a namespace new to the run; both empty, the run starts the
+	// in-process two-broker test cluster.
+	ServiceURL, AdminURL string
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +60,7 @@ func (c Config) withDefaults() Config {
 // Report is what a run found.
 type Report struct {
 	Seed                            uint64
+	Broker                          string // what the run ran on
 	Ops                             map[string]int
 	Produced, Deliveries, Distinct  int64
 	FlowsChecked, FlowsWhileGated   int
@@ -82,6 +87,9 @@ func (r *Report) Failed() bool { return len(r.ViolationCounts) > 0 }
 // not be carried out; violations are in the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
+	if (cfg.ServiceURL == "") != (cfg.AdminURL == "") {
+		return nil, fmt.Errorf("chaos: a real broker needs both ServiceURL (%q) and AdminURL (%q)", cfg.ServiceURL, cfg.AdminURL)
+	}
 	fmt.Fprintf(cfg.Out, "chaos seed %d (ops %d, messages %d, pods %d, duration %s)\n", cfg.Seed, cfg.Ops, cfg.Messages, cfg.Pods, cfg.Duration)
 	began := time.Now()
 	w, err := newWorld(cfg)
@@ -92,7 +100,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer w.close()
-	rep := &Report{Seed: cfg.Seed}
+	fmt.Fprintf(cfg.Out, "broker: %s\n", w.broker.describe())
+	rep := &Report{Seed: cfg.Seed, Broker: w.broker.describe()}
 	e := newEngine(w, cfg.Seed)
 	if err := runPhases(ctx, w, e, rep); err != nil {
 		return rep, err
@@ -354,7 +363,7 @@ func (w *world) awaitGrowthSettled(ctx context.Context, rep *Report) {
 }
 
 func (r *Report) print(out io.Writer) {
-	fmt.Fprintf(out, "seed %d\n", r.Seed)
+	fmt.Fprintf(out, "seed %d on %s\n", r.Seed, r.Broker)
 	total := 0
 	var kinds []string
 	for _, k := range slices.Sorted(maps.Keys(r.Ops)) {

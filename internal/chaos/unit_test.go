@@ -58,7 +58,7 @@ func TestSeedReproducesOperations(t *testing.T) {
 		e := newEngine(nil, seed)
 		var seq []int
 		for range 300 {
-			k := drawKind(e.rng)
+			k := drawKind(e.rng, (&testCluster{}).draws)
 			seq = append(seq, len(k), e.rng.IntN(5), e.rng.IntN(1<<20), e.rng.IntN(1<<20), int(e.rng.Float64()*1e6))
 		}
 		return seq
@@ -81,10 +81,41 @@ func TestSeedReproducesOperations(t *testing.T) {
 	kinds := map[string]bool{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 5000 {
-		kinds[drawKind(rng)] = true
+		kinds[drawKind(rng, (&testCluster{}).draws)] = true
 	}
 	if len(kinds) != len(weights) {
 		t.Fatalf("drew %d kinds of %d", len(kinds), len(weights))
+	}
+}
+
+// On a real broker topics do not move and there is no broker latency; every other kind is
+// drawn with its weight.
+func TestRealBrokerDrawsTheOtherKinds(t *testing.T) {
+	real := &realBroker{}
+	counts := map[string]int{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 20000
+	for range n {
+		counts[drawKind(rng, real.draws)]++
+	}
+	total := 0
+	for _, w := range weights {
+		if w.kind != opTopicMove && w.kind != opBrokerLatency {
+			total += w.weight
+		}
+	}
+	for _, w := range weights {
+		got := counts[w.kind]
+		if w.kind == opTopicMove || w.kind == opBrokerLatency {
+			if got != 0 {
+				t.Errorf("%s drawn %d times on a real broker", w.kind, got)
+			}
+			continue
+		}
+		want := float64(n) * float64(w.weight) / float64(total)
+		if float64(got) < 0.8*want || float64(got) > 1.2*want {
+			t.Errorf("%s drawn %d times, want about %.0f", w.kind, got, want)
+		}
 	}
 }
 

@@ -22,7 +22,6 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
@@ -32,7 +31,6 @@ import (
 const (
 	namespace  = "chaos"
 	agentToken = "chaos-agent-token"
-	topicRoot  = "persistent://public/default/"
 	appLabel   = "app"
 	tierLabel  = "tier"
 	idleSuffix = "-idle"
@@ -43,14 +41,15 @@ const (
 // gap with windows in that zone in force.
 var clockStart = time.Date(2027, time.March, 27, 23, 0, 0, 0, time.UTC)
 
-// brokers in the test cluster.
-const brokers = 2
+// clusterBrokers is the number of brokers in the in-process test cluster.
+const clusterBrokers = 2
 
 // maxWireEvents bounds the wire record: a long run (100k messages) sends under 100k FLOWs.
 const maxWireEvents = 1 << 22
 
-// groups are the consumer kinds of the run, one flow and one subscription each.
-func newGroups() []*group {
+// groups are the consumer kinds of the run, one flow and one subscription each; topicRoot is
+// the broker side's "persistent://tenant/namespace/".
+func newGroups(topicRoot string) []*group {
 	const queue = 50
 	return []*group{
 		{name: "shared", subscription: "shared", flowTopic: topicRoot + "chaos-a", topics: []string{"chaos-a"}, useChan: true,
@@ -74,8 +73,8 @@ type world struct {
 	cfg       Config
 	env       *envtest.Environment
 	k8s       client.Client
-	cluster   *pulsartest.Cluster
-	broker    *pulsartest.Broker // the leader, broker 0: the producers' service URL
+	broker    brokerSide         // the test cluster or a real broker
+	root      string             // "persistent://tenant/namespace/" of the run's topics
 	wire      *wirerec.Proxy     // in front of the brokers for every agent process; producers go direct
 	clock     *testclock.Shifted // the controllers': operations move it across windows and override expiry
 	ctrls     *controllerSet
@@ -105,7 +104,7 @@ type world struct {
 
 func newWorld(cfg Config) (*world, error) {
 	ctrl.SetLogger(logr.Discard())
-	w := &world{cfg: cfg, clock: testclock.ShiftedFrom(clockStart), groups: newGroups(), ledger: newLedger(), start: time.Now(),
+	w := &world{cfg: cfg, clock: testclock.ShiftedFrom(clockStart), ledger: newLedger(), start: time.Now(),
 		count: map[string]int{}}
 	w.mon = newMonitor(w)
 	env, restCfg, err := testenv.Start()
@@ -120,19 +119,21 @@ func newWorld(cfg Config) (*world, error) {
 		return w, err
 	}
 	w.ctrls = &controllerSet{cfg: restCfg, scheme: scheme, clock: w.clock}
-	// Two brokers: topics move between them, clients follow lookups and admin calls follow
-	// 307 redirects to the owner.
-	if w.cluster, err = pulsartest.NewCluster(brokers, pulsartest.Options{}); err != nil {
+	// The in-process cluster (two brokers: topics move between them, clients follow lookups
+	// and admin calls follow 307 redirects to the owner) or the real broker named.
+	if w.broker, err = newBrokerSide(cfg); err != nil {
 		return w, err
 	}
-	w.broker = w.cluster.Broker(0)
+	w.root = w.broker.root()
+	w.producers.root = w.root
+	w.groups = newGroups(w.root)
 	// The recorder keeps the FLOWs the checks read; lookups are rewritten so that the
 	// consumers' topic connections go through it too.
-	if w.wire, err = wirerec.Start(w.broker.ServiceURL(), wirerec.Options{RewriteLookups: true,
+	if w.wire, err = wirerec.Start(w.broker.serviceURL(), wirerec.Options{RewriteLookups: true,
 		Keep: []pulsarpb.BaseCommand_Type{pulsarpb.BaseCommand_FLOW}, MaxEvents: maxWireEvents}); err != nil {
 		return w, err
 	}
-	if err := w.broker.CreatePartitionedTopic(topicRoot+"chaos-p", 3); err != nil {
+	if err := w.broker.createPartitioned("chaos-p", 3); err != nil {
 		return w, err
 	}
 	ctx := context.Background()
@@ -171,8 +172,8 @@ func (w *world) close() {
 	if w.wire != nil {
 		_ = w.wire.Close()
 	}
-	if w.cluster != nil {
-		_ = w.cluster.Close()
+	if w.broker != nil {
+		_ = w.broker.close()
 	}
 	if w.env != nil {
 		_ = w.env.Stop()
@@ -180,11 +181,7 @@ func (w *world) close() {
 }
 
 func (w *world) processEnv() processEnv {
-	var admins []string
-	for _, b := range w.cluster.Brokers() {
-		admins = append(admins, b.AdminURL())
-	}
-	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: admins, token: agentToken,
+	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: w.broker.adminURLs(), token: agentToken,
 		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, adminRedirects: &w.adminRedirects,
 		nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
@@ -389,7 +386,7 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 			}
 		}
 		msg := &pulsar.ProducerMessage{Payload: payload(topic, i), Key: fmt.Sprintf("k%d", i%16)}
-		for w.producers.send(ctx, w.broker.ServiceURL(), topic, msg) != nil {
+		for w.producers.send(ctx, w.broker.serviceURL(), topic, msg) != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -404,6 +401,7 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 // producerName and the encryptor that the events loop reads; go test -race reports it), so a
 // broker fault first closes them, with no send in flight, and they are created again after it.
 type producers struct {
+	root   string       // of the topics' full names
 	gate   sync.RWMutex // held for reading by each send, for writing around a broker fault
 	mu     sync.Mutex
 	client pulsar.Client
@@ -435,7 +433,7 @@ func (ps *producers) producer(serviceURL, topic string) (pulsar.Producer, error)
 		ps.client, ps.byName = c, map[string]pulsar.Producer{}
 	}
 	// Batching on the topics without a zero-queue consumer: seeks then land inside batches.
-	p, err := ps.client.CreateProducer(pulsar.ProducerOptions{Topic: topicRoot + topic,
+	p, err := ps.client.CreateProducer(pulsar.ProducerOptions{Topic: ps.root + topic,
 		DisableBatching: topic != "chaos-a" && topic != "chaos-p", BatchingMaxPublishDelay: 5 * time.Millisecond,
 		SendTimeout: 5 * time.Second})
 	if err != nil {
