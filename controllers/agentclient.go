@@ -31,6 +31,9 @@ type AgentTarget struct {
 	Token     string
 	Namespace string // the flow's
 	Name      string // the flow's
+	// DefaultPort is set when the pod names no agent port and spec.agent.port names none it
+	// has: the default port is tried, and an error says so.
+	DefaultPort bool
 }
 
 func (t AgentTarget) flowURL() string {

@@ -78,6 +78,25 @@ func agentBaseURL(pod *corev1.Pod, spec subflowv1.AgentSpec) string {
 	return scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))
 }
 
+// namesAgentPort reports whether agentBaseURL finds the port in the pod or the flow rather than
+// falling back to the default.
+func namesAgentPort(pod *corev1.Pod, spec subflowv1.AgentSpec) bool {
+	if _, ok := containerPort(pod, protocol.PortName); ok {
+		return true
+	}
+	if _, ok := containerPort(pod, protocol.TLSPortName); ok {
+		return true
+	}
+	if spec.Port == nil {
+		return false
+	}
+	if spec.Port.IntVal > 0 {
+		return true
+	}
+	_, ok := containerPort(pod, spec.Port.StrVal)
+	return ok
+}
+
 func containerPort(pod *corev1.Pod, name string) (int32, bool) {
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {

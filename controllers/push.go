@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -104,6 +105,12 @@ func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget,
 	pushDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
+		var agentErr *AgentError
+		if t.DefaultPort && !errors.As(err, &agentErr) {
+			// The likely cause is the pod spec, not the network: say so.
+			err = fmt.Errorf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), so the default port %d was tried: %w",
+				protocol.PortName, protocol.TLSPortName, protocol.DefaultPort, err)
+		}
 		return podOutcome{Pod: t.Pod, Err: err}
 	}
 	return podOutcome{Pod: t.Pod, Status: &status}

@@ -140,3 +140,20 @@ func TestIntegrationHangingAgentHoldsNobodyBack(t *testing.T) {
 		t.Fatalf("%d pushes to the hanging agent at once, want 1", n)
 	}
 }
+
+// A matched pod that names no agent port: the status gives that as the cause, not only the
+// connection error on the default port.
+func TestIntegrationPodWithoutAgentPortIsNamedAsTheCause(t *testing.T) {
+	ns := namespace(t, true)
+	createPodWithPort(t, ns, "worker-0", "http", 8080)
+	flow := newFlow(ns, "flow", "", subflowv1.StatePaused)
+	create(t, flow)
+	got := waitFlow(t, flow, "the missing port named", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionReady)
+		return current(f) && c != nil && c.Reason == subflowv1.ReasonAgentsUnreachable
+	})
+	want := `worker-0 (the pod declares no container port named "subflow" (nor "subflow-https", nor the flow's spec.agent.port), so the default port 9470 was tried:`
+	if msg := condition(got, subflowv1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Fatalf("Ready message %q does not contain %q", msg, want)
+	}
+}

@@ -322,7 +322,7 @@ func newestStale(outcomes []podOutcome) int64 {
 func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, token string) func(*corev1.Pod) AgentTarget {
 	return func(pod *corev1.Pod) AgentTarget {
 		return AgentTarget{Pod: pod.Name, BaseURL: agentBaseURL(pod, flow.Spec.Agent), Token: token,
-			Namespace: flow.Namespace, Name: flow.Name}
+			Namespace: flow.Namespace, Name: flow.Name, DefaultPort: !namesAgentPort(pod, flow.Spec.Agent)}
 	}
 }
 
