@@ -33,10 +33,13 @@ type pendingPush struct {
 }
 
 // pushBook holds the pushes in flight, at most one per flow and pod, so that a pod that does
-// not answer gets no second push piled onto the first.
+// not answer gets no second push piled onto the first; and the pods whose last push failed or
+// outlived its reconcile, which the next reconcile does not wait for at all.
 type pushBook struct {
 	mu     sync.Mutex
 	pushes map[pushKey]*pendingPush
+	// suspect holds the error of such a pod's last push, reported while the next one runs.
+	suspect map[pushKey]error
 }
 
 // stillPushing is the outcome of a pod whose push has not answered yet.
@@ -63,14 +66,17 @@ func (b *pushBook) take(key pushKey, revision int64, now time.Time) (podOutcome,
 	return p.outcome, p.revision == revision
 }
 
-// start records a push the caller waits for.
-func (b *pushBook) start(key pushKey, revision int64, now time.Time) {
+// start records a push. For a pod whose last push failed or was not answered in time it
+// returns that error: the caller does not wait for this push and reports the error meanwhile.
+func (b *pushBook) start(key pushKey, revision int64, now time.Time) (lastErr error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.pushes == nil {
-		b.pushes = map[pushKey]*pendingPush{}
+		b.pushes, b.suspect = map[pushKey]*pendingPush{}, map[pushKey]error{}
 	}
-	b.pushes[key] = &pendingPush{revision: revision, started: now, waited: true}
+	lastErr = b.suspect[key]
+	b.pushes[key] = &pendingPush{revision: revision, started: now, waited: lastErr == nil}
+	return lastErr
 }
 
 // finish records a push's outcome; late reports that nobody waits for it any more.
@@ -82,6 +88,11 @@ func (b *pushBook) finish(key pushKey, outcome podOutcome) (late bool) {
 		return false // the flow was forgotten meanwhile
 	}
 	p.done, p.outcome = true, outcome
+	if outcome.Err != nil {
+		b.suspect[key] = outcome.Err
+	} else {
+		delete(b.suspect, key)
+	}
 	return !p.waited
 }
 
@@ -94,6 +105,7 @@ func (b *pushBook) collect(key pushKey, abandon bool) (podOutcome, bool) {
 	if p == nil || !p.done {
 		if p != nil && abandon {
 			p.waited = false
+			b.suspect[key] = &stillPushing{since: time.Since(p.started)}
 		}
 		return podOutcome{}, false
 	}
@@ -108,6 +120,11 @@ func (b *pushBook) forget(flow types.NamespacedName) {
 	for key := range b.pushes {
 		if key.flow == flow {
 			delete(b.pushes, key)
+		}
+	}
+	for key := range b.suspect {
+		if key.flow == flow {
+			delete(b.suspect, key)
 		}
 	}
 }

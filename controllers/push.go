@@ -38,9 +38,10 @@ func (r *SubscriptionFlowReconciler) fanOut(pods []corev1.Pod, target func(*core
 
 // pushAll sends each pod's request to its agent and returns one outcome per pod, in the pods'
 // order. Pods without an IP are reported unreachable at once. It waits for answers only while
-// they keep coming (pushPatience): a push still in flight after that is reported as such, goes
-// on, and requeues the flow when it ends; the next reconcile reports its outcome instead of
-// pushing that pod again, if the revision is still the same.
+// they keep coming (pushPatience), and not at all for a pod whose last push failed or was not
+// answered in time: a push still in flight is reported as such, goes on, and requeues the flow
+// when it ends; the next reconcile reports its outcome instead of pushing that pod again, if
+// the revision is still the same.
 func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, revision int64, pods []corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
 	outcomes := make([]podOutcome, len(pods))
@@ -60,11 +61,15 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 			outcomes[i] = o
 			continue
 		}
-		r.pushes.start(key, revision, now)
-		waiting[i] = key
+		if lastErr := r.pushes.start(key, revision, now); lastErr == nil {
+			waiting[i] = key
+		} else {
+			outcomes[i].Err = lastErr
+		}
+		req := request(t.Pod) // now: the push may outlive the reconcile and its flow object
 		go func() {
 			sem <- struct{}{}
-			outcome := r.pushOne(ctx, t, request(t.Pod))
+			outcome := r.pushOne(ctx, t, req)
 			<-sem
 			if r.pushes.finish(key, outcome) {
 				r.wake(flow)
