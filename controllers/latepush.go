@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -33,8 +34,8 @@ type pendingPush struct {
 }
 
 // pushBook holds the pushes in flight, at most one per flow and pod, so that a pod that does
-// not answer gets no second push piled onto the first; and the pods whose last push failed or
-// outlived its reconcile, which the next reconcile does not wait for at all.
+// not answer gets no second push piled onto the first; and the pods whose last push got no
+// answer or outlived its reconcile, which the next reconcile does not wait for at all.
 type pushBook struct {
 	mu     sync.Mutex
 	pushes map[pushKey]*pendingPush
@@ -88,7 +89,10 @@ func (b *pushBook) finish(key pushKey, outcome podOutcome) (late bool) {
 		return false // the flow was forgotten meanwhile
 	}
 	p.done, p.outcome = true, outcome
-	if outcome.Err != nil {
+	var answered *AgentError
+	if outcome.Err != nil && !errors.As(outcome.Err, &answered) {
+		// No answer (refused, timed out): not worth waiting for next time. An agent that
+		// answered, even with an error, is waited for as usual.
 		b.suspect[key] = outcome.Err
 	} else {
 		delete(b.suspect, key)
