@@ -68,10 +68,11 @@ pulsar-selftest: ## Check that hack/pulsar fails fast with its reason and never 
 	hack/pulsar/selftest.sh
 
 .PHONY: conformance-pulsar
-conformance-pulsar: ## Run the conformance tests on real Pulsar brokers: each of PULSAR_VERSIONS, with and without index metadata.
+conformance-pulsar: ## Run the conformance tests (and the test broker's differential scenarios) on real Pulsar brokers: each of PULSAR_VERSIONS, with and without index metadata.
 	@set -e; for v in $(PULSAR_VERSIONS); do \
 		echo "== conformance on Apache Pulsar $$v"; \
-		PULSAR_VERSION=$$v $(PULSAR) exec -- $(MAKE) --no-print-directory conformance; \
+		PULSAR_VERSION=$$v $(PULSAR) exec -- sh -c '$(MAKE) --no-print-directory conformance && \
+			$(GO) test $(TEST_FLAGS) -run Differential ./internal/pulsartest/'; \
 		echo "== conformance on Apache Pulsar $$v without index metadata"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
 	done

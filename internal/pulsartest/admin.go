@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
 )
 
@@ -25,6 +27,10 @@ func (b *Broker) adminHandler() http.Handler {
 	owned("POST "+topicPath+"/subscription/{sub}/resetcursor", b.resetCursorToID)
 	owned("POST "+topicPath+"/subscription/{sub}/resetcursor/{timestamp}", b.resetCursorToTime)
 	owned("GET "+topicPath+"/stats", b.topicStats)
+	owned("PUT "+topicPath, b.createTopic)
+	owned("PUT "+topicPath+"/unload", b.unloadTopic)
+	owned("POST "+topicPath+"/subscription/{sub}/expireMessages/{seconds}", b.expireMessages)
+	owned("POST "+topicPath+"/all_subscription/expireMessages/{seconds}", b.expireMessages)
 	// partitioned-stats and partition metadata are answered by any broker.
 	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.partitionedStats)
 	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
@@ -93,7 +99,7 @@ type ledgerJSON struct {
 	LedgerID        uint64 `json:"ledgerId"`
 	Entries         int64  `json:"entries"`
 	Size            int64  `json:"size"`
-	Timestamp       int64  `json:"timestamp"`
+	Timestamp       *int64 `json:"timestamp,omitempty"` // set when a rollover closed the ledger
 	Offloaded       bool   `json:"offloaded"`
 	UnderReplicated bool   `json:"underReplicated"`
 }
@@ -111,6 +117,9 @@ type cursorJSON struct {
 	Active                                   bool              `json:"active"`
 	NumberOfEntriesSinceFirstNotAckedMessage int64             `json:"numberOfEntriesSinceFirstNotAckedMessage"`
 	TotalNonContiguousDeletedMessagesRange   int               `json:"totalNonContiguousDeletedMessagesRange"`
+	LastLedgerSwitchTimestamp                string            `json:"lastLedgerSwitchTimestamp"`
+	SubscriptionHavePendingRead              bool              `json:"subscriptionHavePendingRead"`
+	SubscriptionHavePendingReplayRead        bool              `json:"subscriptionHavePendingReplayRead"`
 	Properties                               map[string]string `json:"properties"`
 }
 
@@ -127,10 +136,31 @@ type internalStatsJSON struct {
 	State                      string                `json:"state"`
 	Ledgers                    []ledgerJSON          `json:"ledgers"`
 	Cursors                    map[string]cursorJSON `json:"cursors"`
+	Properties                 map[string]string     `json:"properties"`
+	SchemaLedgers              []ledgerJSON          `json:"schemaLedgers"`
+	CompactedLedger            compactedLedgerJSON   `json:"compactedLedger"`
 }
 
+// compactedLedgerJSON is the compactedLedger of internal stats: -1 until a
+// compaction ran (never here).
+type compactedLedgerJSON struct {
+	LedgerID        int64 `json:"ledgerId"`
+	Entries         int64 `json:"entries"`
+	Size            int64 `json:"size"`
+	Offloaded       bool  `json:"offloaded"`
+	UnderReplicated bool  `json:"underReplicated"`
+}
+
+// statsTime is how internal stats write times: DateFormatter.format, as
+// the entry headers.
+func statsTime(t time.Time) string { return javaDate(t.UnixMilli()) }
+
 // internalStats mirrors PersistentTopicInternalStats. As in Pulsar, the
-// open (last) ledger lists 0 entries; its count is currentLedgerEntries.
+// open (last) ledger lists 0 entries; its count is currentLedgerEntries. A
+// ledger shows its timestamp only once a rollover closed it. properties
+// holds the broker-entry index as the AppendIndexMetadataInterceptor last
+// stored it in the managed ledger's properties, when the current ledger was
+// opened.
 func (b *Broker) internalStats(w http.ResponseWriter, _ *http.Request, t *topic) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -142,12 +172,21 @@ func (b *Broker) internalStats(w http.ResponseWriter, _ *http.Request, t *topic)
 		State:               "LedgerOpened",
 		Ledgers:             []ledgerJSON{},
 		Cursors:             map[string]cursorJSON{},
+		Properties:          map[string]string{},
+		SchemaLedgers:       []ledgerJSON{},
+		CompactedLedger:     compactedLedgerJSON{LedgerID: -1, Entries: -1, Size: -1},
+	}
+	if !b.opts.DisableIndexMetadata {
+		out.Properties["index"] = strconv.FormatInt(t.indexAtLedgerOpen, 10)
 	}
 	for i, l := range t.ledgers {
-		lj := ledgerJSON{LedgerID: l.id, Entries: int64(l.entries), Size: l.size, Timestamp: l.created.UnixMilli()}
+		lj := ledgerJSON{LedgerID: l.id, Entries: int64(l.entries), Size: l.size}
+		if !l.closed.IsZero() {
+			lj.Timestamp = ptr(l.closed.UnixMilli())
+		}
 		if i == len(t.ledgers)-1 {
 			out.CurrentLedgerEntries, out.CurrentLedgerSize = lj.Entries, lj.Size
-			out.LastLedgerCreatedTimestamp = l.created.UTC().Format("2006-01-02T15:04:05.000Z")
+			out.LastLedgerCreatedTimestamp = statsTime(l.created)
 			lj.Entries, lj.Size = 0, 0
 		}
 		out.Ledgers = append(out.Ledgers, lj)
@@ -156,25 +195,62 @@ func (b *Broker) internalStats(w http.ResponseWriter, _ *http.Request, t *topic)
 		if !s.durable {
 			continue
 		}
+		waiting := s.waitingForEntries()
+		if waiting {
+			out.WaitingCursorsCount++
+		}
+		ranges, deleted := s.individuallyDeleted()
 		out.Cursors[name] = cursorJSON{
-			MarkDeletePosition:                       t.positionBefore(s.markDelete),
-			ReadPosition:                             t.positionAt(s.readPos),
-			MessagesConsumedCounter:                  s.ackedMsgs,
-			CursorLedger:                             -1,
-			CursorLedgerLastEntry:                    -1,
-			IndividuallyDeletedMessages:              "[]",
-			State:                                    "Open",
-			Active:                                   len(s.consumers) > 0,
-			NumberOfEntriesSinceFirstNotAckedMessage: int64(s.readPos - s.markDelete),
-			TotalNonContiguousDeletedMessagesRange:   len(s.acked),
+			MarkDeletePosition:      t.positionBefore(s.markDelete),
+			ReadPosition:            t.positionAt(s.readPos),
+			WaitingReadOp:           waiting,
+			MessagesConsumedCounter: s.ackedMsgs,
+			// The cursor's own BookKeeper ledger, where mark-delete
+			// positions are persisted, is not modelled.
+			CursorLedger:                -1,
+			CursorLedgerLastEntry:       -1,
+			IndividuallyDeletedMessages: deleted,
+			State:                       "Open",
+			Active:                      len(s.consumers) > 0,
+			// ManagedCursorImpl.getNumberOfEntriesSinceFirstNotAckedMessage:
+			// the positions in (markDeletePosition, readPosition].
+			NumberOfEntriesSinceFirstNotAckedMessage: int64(s.readPos - s.markDelete + 1),
+			TotalNonContiguousDeletedMessagesRange:   ranges,
+			LastLedgerSwitchTimestamp:                statsTime(s.created),
+			SubscriptionHavePendingRead:              waiting,
 			Properties:                               map[string]string{},
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// messageByID answers like Pulsar's get-message-by-id: the payload (a whole
-// batch for batched entries) as the body and the metadata as headers.
+// individuallyDeleted writes the acknowledged entries past the mark-delete
+// position as ManagedCursorImpl's range set prints them:
+// "[(l:e..l:e], ...]", each range open at the entry before its first.
+func (s *subscription) individuallyDeleted() (int, string) {
+	offs := make([]int, 0, len(s.acked))
+	for off := range s.acked {
+		offs = append(offs, off)
+	}
+	sort.Ints(offs)
+	var parts []string
+	for i := 0; i < len(offs); {
+		j := i
+		for j+1 < len(offs) && offs[j+1] == offs[j]+1 {
+			j++
+		}
+		lo, hi := s.t.entries[offs[i]-1], s.t.entries[offs[j]]
+		parts = append(parts, fmt.Sprintf("(%s..%s]", position(lo.ledgerID, int64(lo.entryID)), position(hi.ledgerID, int64(hi.entryID))))
+		i = j + 1
+	}
+	return len(parts), "[" + strings.Join(parts, ", ") + "]"
+}
+
+// messageByID answers like Pulsar's get-message-by-id
+// (PersistentTopicsBase.generateResponseWithEntry): the payload (a whole
+// batch for batched entries) as the body and the metadata as headers. An
+// entry past the end of the current ledger is a read past its
+// LastConfirmedEntry: 500; any other unknown position answers 404.
 func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	ledgerID, err1 := strconv.ParseUint(r.PathValue("ledger"), 10, 64)
 	entryID, err2 := strconv.ParseUint(r.PathValue("entry"), 10, 64)
@@ -188,14 +264,20 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	if ok {
 		e = t.entries[off]
 	}
+	current := t.ledgers[len(t.ledgers)-1]
+	lac := t.positionBefore(len(t.entries))
 	t.mu.Unlock()
 	if e == nil {
-		writeReason(w, http.StatusNotFound, fmt.Sprintf("Message id %d:%d not found", ledgerID, entryID))
+		if ledgerID == current.id {
+			writeReason(w, http.StatusInternalServerError, fmt.Sprintf("\n --- An unexpected error occurred in the server ---\n\nMessage: LastConfirmedEntry is %s when reading entry %d\n", lac, entryID))
+			return
+		}
+		writeReason(w, http.StatusNotFound, "Message id not found")
 		return
 	}
 	h := w.Header()
 	set := func(k, v string) { h[k] = []string{v} } // Pulsar's spelling, not canonicalised
-	set("Content-Type", "application/octet-stream")
+	set("Content-Type", "application/json")
 	set("X-Pulsar-Message-ID", position(e.ledgerID, int64(e.entryID)))
 	set("X-Pulsar-publish-time", javaDate(e.publishTime))
 	set("X-Pulsar-producer-name", e.meta.GetProducerName())
@@ -205,11 +287,23 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	}
 	if e.meta.NumMessagesInBatch != nil {
 		set("X-Pulsar-num-batch-message", strconv.Itoa(int(e.messages)))
-		set("X-Pulsar-batch-size", strconv.Itoa(len(e.payload)))
+		// The stored entry's bytes, broker-entry section included, less
+		// the message metadata.
+		set("X-Pulsar-batch-size", strconv.Itoa(len(e.brokerMeta)+len(e.data)-proto.Size(e.meta)))
 	}
+	uncompressed := len(e.payload)
+	if e.meta.UncompressedSize != nil {
+		uncompressed = int(e.meta.GetUncompressedSize())
+	}
+	set("X-Pulsar-uncompressed-size", strconv.Itoa(uncompressed))
+	set("X-Pulsar-Is-Encrypted", "false") // encryption is not modelled
+	set("X-Pulsar-txn-uncommitted", "false")
+	props := map[string]string{}
 	for _, kv := range e.meta.GetProperties() {
-		set("X-Pulsar-PROPERTY-"+kv.GetKey(), kv.GetValue())
+		props[kv.GetKey()] = kv.GetValue()
 	}
+	propsJSON, _ := json.Marshal(props)
+	set("X-Pulsar-PROPERTY", string(propsJSON))
 	set("X-Pulsar-Broker-Entry-METADATA-timestamp", javaDate(e.brokerTime))
 	if !b.opts.DisableIndexMetadata {
 		set("X-Pulsar-Broker-Entry-METADATA-index", strconv.FormatInt(e.lastIndex, 10))
@@ -262,13 +356,22 @@ func (b *Broker) messageIDByIndex(w http.ResponseWriter, r *http.Request) {
 		writeReason(w, http.StatusBadRequest, "index must be a non-negative integer")
 		return
 	}
-	t := b.getTopic(fullFromPath(r), false)
+	full := fullFromPath(r)
+	if b.partitionsOf(full) > 0 {
+		writeReason(w, http.StatusMethodNotAllowed, "GetMessageIDByIndex is not allowed on partitioned-topic")
+		return
+	}
+	t := b.getTopic(full, false)
 	if t == nil {
-		writeReason(w, http.StatusNotFound, "Topic not found")
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("Topic %s not found", full))
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(t.entries) == 0 {
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("No messages found in topic %s", full))
+		return
+	}
 	off := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].lastIndex >= index })
 	if off == len(t.entries) {
 		writeReason(w, http.StatusNotFound, fmt.Sprintf("Message with index %d not found", index))
@@ -339,11 +442,12 @@ func (b *Broker) resetCursor(w http.ResponseWriter, r *http.Request, partition i
 	}
 	name := r.PathValue("sub")
 	found := false
+	var closed []*conn
 	for _, t := range topics {
 		t.mu.Lock()
 		if s := t.subs[name]; s != nil {
 			found = true
-			s.resetCursor(target(t))
+			closed = append(closed, s.resetCursor(target(t))...)
 		}
 		t.mu.Unlock()
 	}
@@ -351,6 +455,9 @@ func (b *Broker) resetCursor(w http.ResponseWriter, r *http.Request, partition i
 		writeReason(w, http.StatusNotFound, "Subscription not found")
 		return
 	}
+	// PersistentSubscription.resetCursor completes after the consumers'
+	// disconnection, whose CLOSE_CONSUMER frames are written by then.
+	awaitFlushed(closed)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -443,9 +550,15 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 			}
 			out.MsgOutCounter += s.dispatched
 			for _, c := range s.consumers {
-				ss.UnackedMessages += c.unackedMsgs
+				// Consumer.addAndGetUnAckedMsgs counts only in individual
+				// ack mode: Exclusive and Failover consumers report 0.
+				unacked := c.unackedMsgs
+				if !s.individualAck() {
+					unacked = 0
+				}
+				ss.UnackedMessages += unacked
 				ss.Consumers = append(ss.Consumers, consumerStatsJSON{
-					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: c.unackedMsgs,
+					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: unacked,
 					MsgOutCounter: c.dispatched, Address: c.conn.nc.RemoteAddr().String(), BlockedConsumerOnUnackedMsgs: c.blocked,
 				})
 			}
@@ -521,5 +634,81 @@ func (b *Broker) updatePartitions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *Broker) partitionMetadata(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]int{"partitions": b.partitionsOf(fullFromPath(r))})
+	writeJSON(w, http.StatusOK, partitionedTopicMetadataJSON{Partitions: b.partitionsOf(fullFromPath(r))})
+}
+
+// partitionedTopicMetadataJSON is PartitionedTopicMetadata as the broker
+// writes it: properties are omitted when null, "deleted" is always there.
+type partitionedTopicMetadataJSON struct {
+	Partitions int  `json:"partitions"`
+	Deleted    bool `json:"deleted"`
+}
+
+// createTopic is PersistentTopics.createNonPartitionedTopic: the topic is
+// created (its first ledger opened), 409 when the name is taken by a topic
+// or a partitioned topic.
+func (b *Broker) createTopic(w http.ResponseWriter, r *http.Request) {
+	full := fullFromPath(r)
+	if _, err := parseTopic(full); err != nil {
+		writeReason(w, http.StatusPreconditionFailed, err.Error())
+		return
+	}
+	b.st.mu.Lock()
+	_, partitioned := b.st.partitioned[full]
+	_, exists := b.st.topics[full]
+	b.st.mu.Unlock()
+	if partitioned || exists {
+		writeReason(w, http.StatusConflict, "This topic already exists")
+		return
+	}
+	b.getTopic(full, true)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// unloadTopic is PersistentTopics.unloadTopic: the topic (every partition
+// of a partitioned one) closes its producers and consumers, which look it
+// up again.
+func (b *Broker) unloadTopic(w http.ResponseWriter, r *http.Request) {
+	full := fullFromPath(r)
+	if err := b.UnloadTopic(full); err != nil {
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("Topic %s not found", full))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// expireMessages is PersistentTopics.expireTopicMessages (one subscription,
+// or all_subscription): the subscription's PersistentMessageExpiryMonitor
+// runs at once with the given TTL, as the periodic message-TTL check does
+// with the applied messageTTL.
+func (b *Broker) expireMessages(w http.ResponseWriter, r *http.Request) {
+	seconds, err := strconv.Atoi(r.PathValue("seconds"))
+	if err != nil || seconds < 0 {
+		writeReason(w, http.StatusBadRequest, "expire time must be a non-negative number of seconds")
+		return
+	}
+	full := fullFromPath(r)
+	topics := b.topicsNamed(full)
+	if len(topics) == 0 {
+		writeReason(w, http.StatusNotFound, fmt.Sprintf("Topic %s not found", full))
+		return
+	}
+	name := r.PathValue("sub")
+	found := false
+	now := b.now()
+	for _, t := range topics {
+		t.mu.Lock()
+		for subName, s := range t.subs {
+			if name == "" || subName == name {
+				found = true
+				s.expire(now, time.Duration(seconds)*time.Second)
+			}
+		}
+		t.mu.Unlock()
+	}
+	if !found && name != "" {
+		writeReason(w, http.StatusNotFound, "Subscription not found")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -24,6 +24,9 @@ type conn struct {
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{}
+	queued  uint64        // bytes ever queued
+	written uint64        // bytes ever written to the socket
+	flushes []flushWaiter // waiting for written to reach their mark
 
 	mu        sync.Mutex // guards consumers and producers; taken after topic.mu
 	consumers map[uint64]*consumer
@@ -56,7 +59,9 @@ func (c *conn) send(cmd *pb.BaseCommand, payload ...[]byte) {
 		c.writeMu.Unlock()
 		return
 	}
+	before := len(c.out)
 	c.out = appendFrame(c.out, cmd, payload...)
+	c.queued += uint64(len(c.out) - before)
 	c.writeMu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -83,10 +88,61 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.writeMu.Lock()
+		c.written += uint64(len(batch))
+		c.releaseFlushes(false)
 		if cap(batch) <= 1<<20 { // keep the buffer unless a burst made it huge
 			c.spare = batch[:0]
 		}
 		c.writeMu.Unlock()
+	}
+}
+
+// flushWaiter is a caller of flushed waiting for the bytes queued before it.
+type flushWaiter struct {
+	mark uint64
+	done chan struct{}
+}
+
+// flushed returns a channel closed once every frame queued so far has been
+// written to the socket (or the connection closed), so that a broker-side
+// action can answer only after its frames left, as the Java broker's
+// writes do before an admin call's answer.
+func (c *conn) flushed() <-chan struct{} {
+	ch := make(chan struct{})
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if c.closed || c.written >= c.queued {
+		close(ch)
+		return ch
+	}
+	c.flushes = append(c.flushes, flushWaiter{mark: c.queued, done: ch})
+	return ch
+}
+
+// releaseFlushes wakes the waiters whose bytes are written, or all of them;
+// writeMu is held.
+func (c *conn) releaseFlushes(all bool) {
+	kept := c.flushes[:0]
+	for _, w := range c.flushes {
+		if all || c.written >= w.mark {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.flushes = kept
+}
+
+// awaitFlushed waits, up to a bound, until the connections have written
+// what was queued on them so far.
+func awaitFlushed(conns []*conn) {
+	timeout := time.After(5 * time.Second)
+	for _, c := range conns {
+		select {
+		case <-c.flushed():
+		case <-timeout:
+			return
+		}
 	}
 }
 
@@ -99,6 +155,7 @@ func (c *conn) close() {
 	}
 	c.closed = true
 	close(c.done)
+	c.releaseFlushes(true)
 	c.writeMu.Unlock()
 	_ = c.nc.Close()
 	c.b.forgetConn(c)

@@ -33,17 +33,16 @@ func murmur3(data []byte) uint32 {
 	return h & 0x7fffffff
 }
 
-// stickyKeyRange is StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE (2 << 15).
-const stickyKeyRange = 2 << 15
+// stickyKeyRange is the selector's key hash range [1, 65535]
+// (StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE - 1 as its end, 0 being
+// STICKY_KEY_HASH_NOT_SET): 65535 values.
+const stickyKeyRange = 2<<15 - 1
 
-// stickyKeyHash is HashRanges.makeStickyKeyHash: murmur3 modulo the range,
-// 0 reserved as "not set".
+// stickyKeyHash is StickyKeyConsumerSelectorUtils.makeStickyKeyHash:
+// murmur3 modulo the range's size plus its start, so never 0. Both the
+// keys and the consumers' ring points are hashed this way.
 func stickyKeyHash(key []byte) int {
-	h := int(murmur3(key) % stickyKeyRange)
-	if h == 0 {
-		h = 1
-	}
-	return h
+	return int(murmur3(key)%stickyKeyRange) + 1
 }
 
 // noneKey is the sticky key of a message without ordering or partition key
@@ -59,7 +58,9 @@ type ringPoint struct {
 // consumer puts keySharedPoints points on the ring at
 // hash(name \0 nameIndex \0 i); a key goes to the first point at or after its
 // hash. Keyed by consumer NAME, so a consumer that reconnects under the same
-// name gets the same ranges back. On a collision the later consumer wins.
+// name gets the same ranges back. On a collision the consumer that joined
+// first keeps the point (hashRing.putIfAbsent); the next colliding one
+// takes it when that one leaves, as rebuilding the ring in join order does.
 type keySharedRing []ringPoint
 
 const keySharedPoints = 100 // subscriptionKeySharedConsistentHashingReplicaPoints
@@ -72,7 +73,9 @@ func buildKeySharedRing(consumers []*consumer) keySharedRing {
 		nameUses[c.name]++
 		for i := 0; i < keySharedPoints; i++ {
 			key := c.name + "\x00" + strconv.Itoa(idx) + "\x00" + strconv.Itoa(i)
-			byHash[stickyKeyHash([]byte(key))] = c
+			if h := stickyKeyHash([]byte(key)); byHash[h] == nil {
+				byHash[h] = c
+			}
 		}
 	}
 	ring := make(keySharedRing, 0, len(byHash))

@@ -119,11 +119,13 @@ func readQuotaType(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return kind, true
 }
 
-// writeOptionalInt answers an Integer policy: 204 when unset, as JAX-RS
-// answers a null entity.
+// writeOptionalInt answers an Integer policy; unset is a null entity.
 func writeOptionalInt(w http.ResponseWriter, v int, ok bool) {
 	if !ok {
-		w.WriteHeader(http.StatusNoContent)
+		// A null Integer: 200 with an empty body (Content-Length 0), as
+		// the 4.0 and 4.2 brokers answer it.
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)

@@ -19,6 +19,19 @@ func (c *conn) handleProducer(req *pb.CommandProducer) {
 		c.sendError(reqID, pb.ServerError_InvalidTopicName, "produce to the partitions of a partitioned topic")
 		return
 	}
+	if existing := c.producer(req.GetProducerId()); existing != nil {
+		// ServerCnx.handleProducer: "Producer with the same id is already
+		// created": the existing producer is confirmed again, by name.
+		c.send(&pb.BaseCommand{
+			Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(),
+			ProducerSuccess: &pb.CommandProducerSuccess{
+				RequestId:      proto.Uint64(reqID),
+				ProducerName:   proto.String(existing.name),
+				LastSequenceId: proto.Int64(-1),
+			},
+		})
+		return
+	}
 	name := req.GetProducerName()
 	if name == "" {
 		name = fmt.Sprintf("pulsartest-%d", c.b.st.nextProducer.Add(1))

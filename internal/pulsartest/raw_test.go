@@ -27,7 +27,14 @@ type rawClient struct {
 
 func dialRaw(t testing.TB, b *Broker) *rawClient {
 	t.Helper()
-	nc, err := net.Dial("tcp", strings.TrimPrefix(b.ServiceURL(), "pulsar://"))
+	return dialRawURL(t, b.ServiceURL())
+}
+
+// dialRawURL connects a raw client to any broker (or a recorder in front
+// of one) at a pulsar:// URL.
+func dialRawURL(t testing.TB, url string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", strings.TrimPrefix(url, "pulsar://"))
 	if err != nil {
 		t.Fatal(err)
 	}

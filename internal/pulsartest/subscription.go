@@ -42,6 +42,7 @@ type subscription struct {
 	nextShared   int
 	expired      int64 // entries skipped by message TTL (totalMsgExpired)
 	lastExpire   int64 // ms of the last expiry that moved the cursor (lastExpireTimestamp)
+	created      time.Time
 }
 
 // consumer is one SUBSCRIBE on one connection.
@@ -63,11 +64,26 @@ type consumer struct {
 }
 
 func newSubscription(t *topic, name string, kind subType, durable bool, start int) *subscription {
-	return &subscription{
+	s := &subscription{
 		t: t, name: name, kind: kind, durable: durable,
 		markDelete: start, readPos: start,
 		acked: map[int]struct{}{}, owner: map[int]*consumer{}, redelivery: map[int]uint32{}, replayHash: map[int]int{},
+		created: t.b.now(),
 	}
+	return s
+}
+
+// waitingForEntries tells whether the dispatcher has a read waiting for new
+// entries on the cursor (ManagedCursorImpl.waitingReadOp, the topic's
+// waitingCursorsCount): a consumer could take entries and there are none.
+func (s *subscription) waitingForEntries() bool {
+	if s.readPos < len(s.t.entries) || len(s.replay) > 0 {
+		return false
+	}
+	if !s.individualAck() {
+		return s.active != nil && !s.switching && s.active.permits > 0
+	}
+	return !s.blocked && s.firstAvailablePermits() > 0
 }
 
 func (s *subscription) opts() *Options { return &s.t.b.opts }
@@ -247,6 +263,15 @@ func (s *subscription) disconnect(c *consumer, notify bool) {
 	for _, off := range sortedOffsets(c.unacked) {
 		s.giveBack(c, off, false)
 	}
+	if s.individualAck() && len(s.consumers) == 0 {
+		// PersistentDispatcherMultipleConsumers.clearComponentsAfterRemovedAllConsumers:
+		// the last consumer gone, the replay queue and the redelivery
+		// counts are dropped and reads start again at the mark-delete
+		// position, so the next consumer sees redelivery count 0.
+		s.clearReplay()
+		s.redelivery = map[int]uint32{}
+		s.readPos = s.markDelete
+	}
 	c.conn.mu.Lock()
 	if c.conn.consumers[c.id] == c {
 		delete(c.conn.consumers, c.id)
@@ -372,17 +397,22 @@ func (s *subscription) rewind() {
 // dispatcher closes every consumer, a single-active one
 // (AbstractDispatcherSingleActiveConsumer.disconnectActiveConsumers) only the
 // ACTIVE consumer; a Failover standby stays connected, unaware. While the
-// reset runs the dispatcher does not elect another active consumer.
-func (s *subscription) resetCursor(off int) {
+// reset runs the dispatcher does not elect another active consumer. It
+// returns the connections of the consumers it closed: the reset is answered
+// once their CLOSE_CONSUMER frames are written.
+func (s *subscription) resetCursor(off int) []*conn {
+	var closed []*conn
 	if s.individualAck() {
 		for _, c := range slices.Clone(s.consumers) {
 			s.disconnect(c, true)
+			closed = append(closed, c.conn)
 		}
 	} else if c := s.active; c != nil {
 		s.resetting = true
 		s.disconnect(c, true)
 		s.resetting = false
 		s.active = nil
+		closed = append(closed, c.conn)
 	}
 	s.markDelete, s.readPos = off, off
 	s.acked = map[int]struct{}{}
@@ -392,6 +422,7 @@ func (s *subscription) resetCursor(off int) {
 	for _, c := range s.consumers {
 		c.unacked, c.unackedMsgs, c.hashes = map[int]int32{}, 0, map[int]int{}
 	}
+	return closed
 }
 
 // removeConsumer handles a consumer that went away with its connection or
@@ -583,11 +614,12 @@ func (c *conn) handleSeek(req *pb.CommandSeek) {
 	}
 	t := cons.sub.t
 	t.mu.Lock()
+	var closed []*conn
 	switch {
 	case req.MessageId != nil:
-		cons.sub.resetCursor(t.offsetForStart(req.GetMessageId()))
+		closed = cons.sub.resetCursor(t.offsetForStart(req.GetMessageId()))
 	case req.MessagePublishTime != nil:
-		cons.sub.resetCursor(t.offsetForTime(int64(req.GetMessagePublishTime())))
+		closed = cons.sub.resetCursor(t.offsetForTime(int64(req.GetMessagePublishTime())))
 	default:
 		t.mu.Unlock()
 		c.sendError(reqID, pb.ServerError_MetadataError, "seek needs a message id or a publish time")
@@ -596,6 +628,7 @@ func (c *conn) handleSeek(req *pb.CommandSeek) {
 	t.mu.Unlock()
 	// The real broker disconnects the subscription's consumers before it
 	// answers; the client only resumes after reconnecting.
+	awaitFlushed(slices.DeleteFunc(closed, func(x *conn) bool { return x == c }))
 	c.sendSuccess(reqID)
 }
 

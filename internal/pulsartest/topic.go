@@ -48,12 +48,15 @@ type topic struct {
 	entries   []*entry
 	ledgers   []ledgerInfo
 	lastIndex int64
-	size      int64
-	subs      map[string]*subscription
-	producers map[*producer]struct{}
-	lastSeq   map[string]int64 // per producer name, for deduplication across reconnects
-	msgIn     int64
-	lane      lane // deferred dispatcher updates (FLOW)
+	// indexAtLedgerOpen is the broker-entry index the interceptor stored in
+	// the managed ledger's properties when the current ledger was opened.
+	indexAtLedgerOpen int64
+	size              int64
+	subs              map[string]*subscription
+	producers         map[*producer]struct{}
+	lastSeq           map[string]int64 // per producer name, for deduplication across reconnects
+	msgIn             int64
+	lane              lane // deferred dispatcher updates (FLOW)
 }
 
 type producer struct {
@@ -63,15 +66,20 @@ type producer struct {
 	t    *topic
 }
 
+// newTopic opens a topic with its first ledger, as ManagedLedgerImpl does
+// when it is created: internal stats list that empty ledger and
+// lastConfirmedEntry is (ledger, -1).
 func newTopic(b *Broker, tn topicName) *topic {
 	return &topic{
-		b:         b,
-		name:      tn,
-		partition: int32(tn.partition),
-		lastIndex: -1,
-		subs:      map[string]*subscription{},
-		producers: map[*producer]struct{}{},
-		lastSeq:   map[string]int64{},
+		b:                 b,
+		name:              tn,
+		partition:         int32(tn.partition),
+		ledgers:           []ledgerInfo{{id: b.st.nextLedger.Add(1), created: b.now()}},
+		lastIndex:         -1,
+		indexAtLedgerOpen: -1,
+		subs:              map[string]*subscription{},
+		producers:         map[*producer]struct{}{},
+		lastSeq:           map[string]int64{},
 	}
 }
 
@@ -130,10 +138,28 @@ func (t *topic) entryTime(e *entry) int64 {
 func (t *topic) currentLedger(now time.Time) *ledgerInfo {
 	n := len(t.ledgers)
 	if n == 0 || t.ledgers[n-1].entries >= t.b.opts.EntriesPerLedger {
-		t.ledgers = append(t.ledgers, ledgerInfo{id: t.b.st.nextLedger.Add(1), first: len(t.entries), created: now})
+		t.openLedger(now)
 		n++
 	}
 	return &t.ledgers[n-1]
+}
+
+// openLedger starts a new current ledger; t.mu is held.
+func (t *topic) openLedger(now time.Time) {
+	t.ledgers = append(t.ledgers, ledgerInfo{id: t.b.st.nextLedger.Add(1), first: len(t.entries), created: now})
+	t.indexAtLedgerOpen = t.lastIndex
+}
+
+// reopen is the managed ledger closed by an unload and opened again: the
+// current ledger is closed (an empty one is dropped) and a new one opened.
+// A ledger closed this way records no close timestamp.
+func (t *topic) reopen() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.ledgers); n > 0 && t.ledgers[n-1].entries == 0 {
+		t.ledgers = t.ledgers[:n-1]
+	}
+	t.openLedger(t.b.now())
 }
 
 // append stores a SEND and dispatches it; it returns the entry's id, or
@@ -228,11 +254,10 @@ func (t *topic) lastMessageID() *pb.MessageIdData {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.entries) == 0 {
-		var ledger uint64
-		if len(t.ledgers) > 0 {
-			ledger = t.ledgers[len(t.ledgers)-1].id
-		}
-		return &pb.MessageIdData{LedgerId: proto.Uint64(ledger), EntryId: proto.Uint64(^uint64(0)), Partition: proto.Int32(t.partition)}
+		// ServerCnx.handleGetLastMessageId reads
+		// PersistentTopic.getLastDispatchablePosition, which is
+		// PositionFactory.EARLIEST (-1:-1) when no entry can be dispatched.
+		return &pb.MessageIdData{LedgerId: proto.Uint64(^uint64(0)), EntryId: proto.Uint64(^uint64(0)), Partition: proto.Int32(t.partition)}
 	}
 	id := t.idOf(len(t.entries) - 1)
 	if n := t.entries[len(t.entries)-1].messages; n > 1 {
@@ -301,6 +326,7 @@ func (t *topic) unload() {
 	for _, name := range names {
 		t.closeConsumers(name, func(*consumer) bool { return true })
 	}
+	t.reopen()
 }
 
 // closeConsumers closes the matching consumers of a subscription from the
