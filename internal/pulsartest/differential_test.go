@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/subflow-dev/subflow/internal/wirerec"
@@ -246,16 +245,7 @@ func newRealTarget(t *testing.T, url, admin, version, run string) *diffTarget {
 }
 
 func newDiffTarget(t *testing.T, name string, rec *wirerec.Proxy, admin string, b *Broker, run string) *diffTarget {
-	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:               rec.ServiceURL(),
-		OperationTimeout:  15 * time.Second,
-		ConnectionTimeout: 5 * time.Second,
-		Logger:            log.DefaultNopLogger(),
-	})
-	if err != nil {
-		t.Fatalf("new client: %v", err)
-	}
-	t.Cleanup(c.Close)
+	c := newClientOf(t, rec.ServiceURL())
 	return &diffTarget{
 		t: t, name: name, real: b == nil, rec: rec, adminURL: admin, client: c, broker: b,
 		suffix: run, ledgers: map[int64]string{},

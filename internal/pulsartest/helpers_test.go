@@ -14,8 +14,14 @@ const waitFor = 20 * time.Second
 
 func newClient(t testing.TB, b *Broker) pulsar.Client {
 	t.Helper()
+	return newClientOf(t, b.ServiceURL())
+}
+
+// newClientOf connects a client to a service URL: a broker's or a recorder's.
+func newClientOf(t testing.TB, url string) pulsar.Client {
+	t.Helper()
 	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:               b.ServiceURL(),
+		URL:               url,
 		OperationTimeout:  15 * time.Second,
 		ConnectionTimeout: 5 * time.Second,
 		Logger:            log.DefaultNopLogger(),
