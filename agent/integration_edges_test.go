@@ -250,10 +250,24 @@ func reconnect(t *testing.T, e *env, topic string, queue int) {
 	t.Helper()
 	redeliver, sessions := min(e.backlog(t, topic, "sub"), int64(queue)), e.sessionCount(topic, "sub")
 	e.dropConnections()
-	eventually(t, "the consumer reconnected and sent the unacknowledged messages again", func() bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		live := e.liveSessions(topic, "sub")
-		return e.sessionCount(topic, "sub") > sessions && len(live) == 1 && live[0].delivered >= redeliver
-	})
+		if e.sessionCount(topic, "sub") > sessions && len(live) == 1 && live[0].delivered >= redeliver {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, s := range e.sessions(topic, "sub") {
+				t.Logf("session %+v", s)
+			}
+			ss := e.sessions(topic, "sub")
+			for _, ev := range e.wire.Events(wirerec.Filter{Conn: ss[len(ss)-1].Conn}) {
+				t.Logf("event %d %s %s consumer %v permits %d msgs %d %s", ev.Seq, ev.Dir, ev.Type, ev.Consumer != nil, ev.Permits, ev.Messages, ev.Error)
+			}
+			t.Fatalf("timed out waiting for the consumer to reconnect and get the %d unacknowledged messages again", redeliver)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // duplicatesIn counts repeated deliveries, including any still waiting on ch.

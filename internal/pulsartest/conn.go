@@ -35,7 +35,9 @@ type conn struct {
 	// still in flight for them are ignored (ServerCnx.recentlyClosedProducers).
 	closedProducers map[uint64]struct{}
 
-	entryMetadata bool // the client announced supports_broker_entry_metadata
+	entryMetadata bool          // the client announced supports_broker_entry_metadata
+	pongs         chan struct{} // a PONG arrived (for alive)
+	gone          chan struct{} // closed once close removed the consumers and producers
 }
 
 func (b *Broker) newConn(nc net.Conn) *conn {
@@ -45,6 +47,8 @@ func (b *Broker) newConn(nc net.Conn) *conn {
 		nc:        nc,
 		wake:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		pongs:     make(chan struct{}, 1),
+		gone:      make(chan struct{}),
 		consumers: map[uint64]*consumer{},
 		producers: map[uint64]*producer{},
 
@@ -146,6 +150,27 @@ func awaitFlushed(conns []*conn) {
 	}
 }
 
+// connectionLivenessCheckTimeout is the broker's connectionLivenessCheckTimeoutMillis.
+const connectionLivenessCheckTimeout = 5 * time.Second
+
+// alive is ServerCnx.checkConnectionLiveness: a PING, and the connection is alive if a PONG
+// comes back in time; a closed connection is not.
+func (c *conn) alive() bool {
+	select {
+	case <-c.pongs: // an old one
+	default:
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	select {
+	case <-c.pongs:
+		return true
+	case <-c.done:
+		return false
+	case <-time.After(connectionLivenessCheckTimeout):
+		return false
+	}
+}
+
 // close ends the connection and removes its consumers and producers.
 func (c *conn) close() {
 	c.writeMu.Lock()
@@ -176,6 +201,7 @@ func (c *conn) close() {
 	for _, p := range producers {
 		p.t.removeProducer(p)
 	}
+	close(c.gone)
 }
 
 func (c *conn) isClosed() bool {
@@ -229,6 +255,10 @@ func (c *conn) handle(cmd *pb.BaseCommand, payload []byte) {
 	case pb.BaseCommand_PING:
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
 	case pb.BaseCommand_PONG:
+		select {
+		case c.pongs <- struct{}{}:
+		default:
+		}
 	case pb.BaseCommand_PARTITIONED_METADATA:
 		c.handlePartitionedMetadata(cmd.GetPartitionMetadata())
 	case pb.BaseCommand_LOOKUP:

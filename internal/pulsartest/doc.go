@@ -70,6 +70,13 @@
 //     producer id the connection already has is answered PRODUCER_SUCCESS
 //     with that producer's name (ServerCnx.handleProducer); another producer
 //     of a connected name gets ProducerBusy.
+//   - A second Exclusive consumer is refused with ConsumerBusy only after the
+//     holder's connection passed a liveness check (a PING answered within
+//     connectionLivenessCheckTimeoutMillis, 5 s); a dead holder's connection
+//     is closed and the newcomer admitted
+//     (AbstractDispatcherSingleActiveConsumer.addConsumer,
+//     ServerCnx.checkConnectionLiveness). pulsar-client-go v0.20 and later
+//     give up reconnecting on ConsumerBusy.
 //   - A cumulative ack on Shared or Key_Shared is ignored (Consumer.messageAcked).
 //   - Failover (AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer):
 //     consumers sorted by priority level then name; on a partition the

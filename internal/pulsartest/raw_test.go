@@ -1,6 +1,8 @@
 package pulsartest
 
 import (
+	"github.com/apache/pulsar-client-go/pulsar"
+
 	"bufio"
 	"encoding/binary"
 	"fmt"
@@ -116,4 +118,25 @@ func sendPayload(meta *pb.MessageMetadata, payload []byte) []byte {
 	out := binary.BigEndian.AppendUint16(nil, magicChecksum)
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(body, castagnoli))
 	return append(out, body...)
+}
+
+// An Exclusive consumer subscribing while the subscription's holder sits on a connection that
+// answers no PING: the broker checks the holder's liveness, closes its connection and admits
+// the newcomer (AbstractDispatcherSingleActiveConsumer.addConsumer, checkConnectionLiveness),
+// so a client reconnecting before its old connection is noticed gone is not refused. A live
+// holder still refuses a second Exclusive consumer.
+func TestExclusiveSubscribeChecksTheHoldersLiveness(t *testing.T) {
+	b := Start(t)
+	silent := dialRaw(t, b) // reads, never answers
+	silent.subscribe("excl", "sub", pb.CommandSubscribe_Exclusive, 1)
+	c := newClient(t, b)
+	if _, err := c.Subscribe(pulsar.ConsumerOptions{Topic: "excl", SubscriptionName: "sub", Type: pulsar.Exclusive}); err != nil {
+		t.Fatalf("subscribe next to a dead holder: %v", err)
+	}
+	silent.await("the liveness PING", func(cmd *pb.BaseCommand) bool { return cmd.GetType() == pb.BaseCommand_PING })
+	other := newClient(t, b)
+	_, err := other.Subscribe(pulsar.ConsumerOptions{Topic: "excl", SubscriptionName: "sub", Type: pulsar.Exclusive})
+	if err == nil || !strings.Contains(err.Error(), "ConsumerBusy") {
+		t.Fatalf("a second Exclusive consumer next to a live holder: %v, want ConsumerBusy", err)
+	}
 }

@@ -453,12 +453,43 @@ func (c *conn) handleSubscribe(req *pb.CommandSubscribe) {
 	t := c.b.getTopic(tn.full, true)
 	t.mu.Lock()
 	cons, code, msg := t.subscribe(c, req)
+	holder := t.exclusiveHolder(req.GetSubscription())
 	t.mu.Unlock()
+	if cons == nil && code == pb.ServerError_ConsumerBusy && holder != nil && holder != c {
+		// AbstractDispatcherSingleActiveConsumer.addConsumer: before refusing a second
+		// Exclusive consumer, the broker checks that the holder's connection is alive and
+		// closes it if not, so a client that reconnects before its old connection is noticed
+		// gone is not refused (pulsar-client-go v0.20 and later give up on ConsumerBusy).
+		go func() {
+			if !holder.alive() {
+				holder.close()
+				<-holder.gone // whoever closes it, its consumers are removed first
+				t.mu.Lock()
+				cons, code, msg = t.subscribe(c, req)
+				t.mu.Unlock()
+			}
+			c.answerSubscribe(reqID, cons, code, msg)
+		}()
+		return
+	}
+	c.answerSubscribe(reqID, cons, code, msg)
+}
+
+func (c *conn) answerSubscribe(reqID uint64, cons *consumer, code pb.ServerError, msg string) {
 	if cons == nil {
 		c.sendError(reqID, code, msg)
 		return
 	}
 	c.sendSuccess(reqID)
+}
+
+// exclusiveHolder is the connection of an Exclusive subscription's consumer, if any; t.mu is
+// held.
+func (t *topic) exclusiveHolder(sub string) *conn {
+	if s := t.subs[sub]; s != nil && s.kind == pb.CommandSubscribe_Exclusive && len(s.consumers) > 0 {
+		return s.consumers[0].conn
+	}
+	return nil
 }
 
 // subscribe attaches a consumer; t.mu is held, so an unload running
