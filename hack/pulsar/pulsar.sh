@@ -59,12 +59,13 @@ classpath() {
 	echo "$file"
 }
 
-# free_port prints a loopback port nothing listens on.
+# free_port prints a loopback port nothing listens on, other than the ones in $taken.
+taken=" "
 free_port() {
 	local port
 	for _ in $(seq 50); do
 		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		if [[ "$taken" != *" $port "* ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return
 		fi
@@ -98,7 +99,9 @@ start() {
 
 	local broker_port web_port bookie_port
 	broker_port=${PULSAR_PORT:-$(free_port)}
+	taken+="$broker_port "
 	web_port=${PULSAR_ADMIN_PORT:-$(free_port)}
+	taken+="$web_port "
 	bookie_port=$(free_port)
 	{
 		cat "$here/standalone.conf"
@@ -160,7 +163,7 @@ fail() {
 	exit 1
 }
 
-# overrides collects --set key=value arguments into the array sets.
+# parse_sets collects leading --set key=value arguments into sets, the rest into rest.
 sets=()
 parse_sets() {
 	while [[ $# -gt 0 && "$1" == --set ]]; do
