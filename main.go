@@ -37,7 +37,11 @@ func main() {
 	flag.IntVar(&parallelism, "push-parallelism", controllers.DefaultParallelism, "Concurrent pushes per flow.")
 	flag.DurationVar(&backlogLead, "backlog-warning-lead-time", controllers.DefaultBacklogLeadTime,
 		"How long before the broker's retention would delete a halted flow's waiting messages BacklogAtRisk turns True.")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	// In a cluster two replicas without election would both push and write status; outside
+	// one (make run) there is no namespace for the lease unless one is given.
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so that only one replica reconciles at a time "+
+		"(default true when running in a cluster).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
