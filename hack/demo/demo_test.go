@@ -20,44 +20,16 @@ func TestInteractiveKeepsProducingAndStopsWithGoRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole demo")
 	}
-	cmd := exec.Command("go", "run", ".", "--interactive")
-	cmd.Env = os.Environ()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	d := startInteractive(t)
 	produced := regexp.MustCompile(`produced (\d+)$`)
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		scan := bufio.NewScanner(out)
-		for scan.Scan() {
-			lines <- scan.Text()
-		}
-	}()
-	interactive, counts, seen := false, []int{}, []string{}
-	deadline := time.After(5 * time.Minute)
+	var counts []int
 	for len(counts) < 3 {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the demo ended before producing in interactive mode:\n%s", strings.Join(seen, "\n"))
-			}
-			seen = append(seen[max(0, len(seen)-30):], line)
-			interactive = interactive || strings.Contains(line, "Press Ctrl-C")
-			if m := produced.FindStringSubmatch(line); interactive && m != nil {
-				n, _ := strconv.Atoi(m[1])
-				counts = append(counts, n)
-			}
-		case <-deadline:
-			t.Fatal("timed out waiting for the interactive demo")
+		if m := produced.FindStringSubmatch(d.next()); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			counts = append(counts, n)
 		}
 	}
+	cmd, lines := d.cmd, d.lines
 	if counts[2] <= counts[0] {
 		t.Fatalf("produced stays at %v after the walk-through", counts)
 	}
@@ -80,6 +52,65 @@ func TestInteractiveKeepsProducingAndStopsWithGoRun(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+}
+
+// interactiveDemo is `go run . --interactive` once its walk-through is over.
+type interactiveDemo struct {
+	t          *testing.T
+	cmd        *exec.Cmd
+	lines      chan string
+	seen       []string
+	kubeconfig string
+	deadline   <-chan time.Time
+}
+
+// startInteractive runs the demo as a person would and returns once it waits for kubectl.
+func startInteractive(t *testing.T) *interactiveDemo {
+	cmd := exec.Command("go", "run", ".", "--interactive")
+	cmd.Env = os.Environ()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	d := &interactiveDemo{t: t, cmd: cmd, lines: make(chan string, 1024), deadline: time.After(5 * time.Minute)}
+	go func() {
+		defer close(d.lines)
+		scan := bufio.NewScanner(out)
+		for scan.Scan() {
+			d.lines <- scan.Text()
+		}
+	}()
+	kubeconfig := regexp.MustCompile(`^\s*export KUBECONFIG=(\S+)$`)
+	for line := d.next(); !strings.Contains(line, "Press Ctrl-C"); line = d.next() {
+		if m := kubeconfig.FindStringSubmatch(line); m != nil {
+			d.kubeconfig = m[1]
+		}
+	}
+	if d.kubeconfig == "" {
+		t.Fatalf("the demo printed no kubeconfig:\n%s", strings.Join(d.seen, "\n"))
+	}
+	return d
+}
+
+// next returns the demo's next line of output.
+func (d *interactiveDemo) next() string {
+	d.t.Helper()
+	select {
+	case line, ok := <-d.lines:
+		if !ok {
+			d.t.Fatalf("the demo ended:\n%s", strings.Join(d.seen, "\n"))
+		}
+		d.seen = append(d.seen[max(0, len(d.seen)-30):], line)
+		return line
+	case <-d.deadline:
+		d.t.Fatalf("timed out reading the interactive demo:\n%s", strings.Join(d.seen, "\n"))
+		return ""
 	}
 }
 

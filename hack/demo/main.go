@@ -76,6 +76,13 @@ func (d *demo) interactive(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The walk-through moved the controller's clock days ahead to show a window; a person now
+	// types `kubectl subflow pause --for 30m`, which must count from the wall clock.
+	d.w.clock.Set(time.Now())
+	if err := d.patch(ctx, fmt.Sprintf(`{"metadata":{"annotations":{"demo.subflow.dev/clock":"%d"}}}`, time.Now().UnixNano())); err != nil {
+		return err
+	}
+	fmt.Println("\n   demo clock -> the wall clock again")
 	fmt.Printf(`
 Everything keeps running. In another terminal:
   export KUBECONFIG=%s
