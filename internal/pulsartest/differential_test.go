@@ -424,24 +424,15 @@ func (tg *diffTarget) receive(c pulsar.Consumer, n int, ack bool) []pulsar.Messa
 func (tg *diffTarget) drain(consumers map[string]pulsar.Consumer, n int) map[string]string {
 	tg.t.Helper()
 	got := map[string]string{}
-	deadline := time.Now().Add(diffWait)
 	names := slices.Sorted(mapKeys(consumers))
-	for len(got) < n {
-		if time.Now().After(deadline) {
-			tg.t.Fatalf("%s: drained %d of %d messages", tg.name, len(got), n)
-		}
-		for _, name := range names {
-			c := consumers[name]
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			m, err := c.Receive(ctx)
-			cancel()
-			if err != nil {
-				continue
-			}
-			_ = c.Ack(m)
-			got[string(m.Payload())] = name
-		}
+	list := make([]pulsar.Consumer, len(names))
+	for i, name := range names {
+		list[i] = consumers[name]
 	}
+	drain(tg.t, list, func(i int, m pulsar.Message) bool {
+		got[string(m.Payload())] = names[i]
+		return len(got) >= n
+	})
 	return got
 }
 
