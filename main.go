@@ -30,13 +30,16 @@ func main() {
 		"(container port named subflow-https); empty means the system roots.")
 	flag.StringVar(&agentServerName, "agent-tls-server-name", "", "Name expected in agents' certificates; empty means the pod IP.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
-	var resync, pushTimeout, backlogLead time.Duration
+	var resync, pushTimeout, backlogLead, rotationGrace time.Duration
 	var parallelism int
 	flag.DurationVar(&resync, "resync", controllers.DefaultResync, "Period of the fallback push to every agent.")
 	flag.DurationVar(&pushTimeout, "push-timeout", controllers.DefaultPushTimeout, "Timeout of one push to one agent.")
 	flag.IntVar(&parallelism, "push-parallelism", controllers.DefaultParallelism, "Concurrent pushes per flow.")
 	flag.DurationVar(&backlogLead, "backlog-warning-lead-time", controllers.DefaultBacklogLeadTime,
 		"How long before the broker's retention would delete a halted flow's waiting messages BacklogAtRisk turns True.")
+	flag.DurationVar(&rotationGrace, "token-rotation-grace", controllers.DefaultTokenRotationGrace,
+		"How long after an agent-token Secret changes the previous token is still offered to agents that refuse the new one "+
+			"(their kubelet has not updated the mounted copy yet).")
 	// In a cluster two replicas without election would both push and write status; outside
 	// one (make run) there is no namespace for the lease unless one is given.
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
@@ -76,14 +79,15 @@ func main() {
 		os.Exit(1)
 	}
 	reconciler := &controllers.SubscriptionFlowReconciler{
-		Client:          mgr.GetClient(),
-		Scheme:          mgr.GetScheme(),
-		Agents:          controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
-		Clock:           controllers.RealClock{},
-		Recorder:        mgr.GetEventRecorder("subflow-controller"),
-		Resync:          resync,
-		Parallelism:     parallelism,
-		BacklogLeadTime: backlogLead,
+		Client:             mgr.GetClient(),
+		Scheme:             mgr.GetScheme(),
+		Agents:             controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
+		Clock:              controllers.RealClock{},
+		Recorder:           mgr.GetEventRecorder("subflow-controller"),
+		Resync:             resync,
+		Parallelism:        parallelism,
+		BacklogLeadTime:    backlogLead,
+		TokenRotationGrace: rotationGrace,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")

@@ -26,11 +26,13 @@ type AgentClient interface {
 
 // AgentTarget addresses one flow rule in one pod's agent.
 type AgentTarget struct {
-	Pod       string
-	BaseURL   string // http://10.0.0.7:9470, https://[fd00::7]:9470
-	Token     string
-	Namespace string // the flow's
-	Name      string // the flow's
+	Pod     string
+	BaseURL string // http://10.0.0.7:9470, https://[fd00::7]:9470
+	Token   string
+	// PreviousToken is offered when the agent refuses Token during a rotation's grace.
+	PreviousToken string
+	Namespace     string // the flow's
+	Name          string // the flow's
 	// DefaultPort is set when the pod names no agent port and spec.agent.port names none it
 	// has: the default port is tried, and an error says so.
 	DefaultPort bool

@@ -106,7 +106,7 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 // pushOne pushes one request and records how it went.
 func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget, req protocol.FlowRequest) podOutcome {
 	start := time.Now()
-	status, err := r.Agents.PutFlow(ctx, t, req)
+	status, previousToken, err := withTokens(t, func(t AgentTarget) (protocol.FlowStatus, error) { return r.Agents.PutFlow(ctx, t, req) })
 	pushDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
@@ -116,9 +116,9 @@ func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget,
 			err = fmt.Errorf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), so the default port %d was tried: %w",
 				protocol.PortName, protocol.TLSPortName, protocol.DefaultPort, err)
 		}
-		return podOutcome{Pod: t.Pod, Err: err}
+		return podOutcome{Pod: t.Pod, Err: err, PreviousToken: previousToken}
 	}
-	return podOutcome{Pod: t.Pod, Status: &status}
+	return podOutcome{Pod: t.Pod, Status: &status, PreviousToken: previousToken}
 }
 
 // wake requeues a flow whose late push ended. Never blocks: when the channel is full, the
@@ -161,7 +161,8 @@ func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []core
 	var mu sync.Mutex
 	var failed []releaseFailure
 	r.fanOut(pods, target, func(_ int, t AgentTarget) {
-		if err := r.Agents.DeleteFlow(ctx, t, uid); err != nil {
+		_, _, err := withTokens(t, func(t AgentTarget) (struct{}, error) { return struct{}{}, r.Agents.DeleteFlow(ctx, t, uid) })
+		if err != nil {
 			mu.Lock()
 			failed = append(failed, releaseFailure{pod: t.Pod, err: err})
 			mu.Unlock()

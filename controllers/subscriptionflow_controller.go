@@ -79,8 +79,12 @@ type SubscriptionFlowReconciler struct {
 	// BacklogLeadTime is how long before the broker's retention would delete a halted flow's
 	// waiting messages BacklogAtRisk turns True; zero means DefaultBacklogLeadTime.
 	BacklogLeadTime time.Duration
+	// TokenRotationGrace is how long after a token Secret changes the previous token is offered
+	// to agents that refuse the new one; zero means DefaultTokenRotationGrace.
+	TokenRotationGrace time.Duration
 
 	holders holderBook
+	tokens  tokenBook
 	retries retryBook
 	written writtenBook
 	pushes  pushBook
@@ -150,7 +154,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	if err != nil {
 		return r.stall(flow, fmt.Sprintf("spec.selector cannot be used: %v", err)), nil
 	}
-	token, err := r.agentToken(ctx, flow)
+	tokens, err := r.agentToken(ctx, flow)
 	var tokenErr *tokenProblem
 	if errors.As(err, &tokenErr) {
 		return r.stall(flow, tokenErr.Error()), nil
@@ -168,13 +172,13 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	target := r.targetFunc(flow, token)
+	target := r.targetFunc(flow, tokens)
 	kept, released, unreleased, err := r.releaseStale(ctx, flow, holders, pods, target)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	live := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
-	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow),
+	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow), Tokens: tokens,
 		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
 	obs.Reporter = backlogReporter(flow, eff.State, live)
@@ -298,11 +302,7 @@ func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flo
 			continue
 		}
 		obs.Executor = o.Pod
-		status, err := r.Agents.PutFlow(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
-		obs.Outcomes[i] = podOutcome{Pod: o.Pod, Status: &status, Err: err}
-		if err != nil {
-			obs.Outcomes[i].Status = nil
-		}
+		obs.Outcomes[i] = r.pushOne(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
 		return
 	}
 }
@@ -319,9 +319,9 @@ func newestStale(outcomes []podOutcome) int64 {
 	return newest
 }
 
-func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, token string) func(*corev1.Pod) AgentTarget {
+func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, tokens agentTokens) func(*corev1.Pod) AgentTarget {
 	return func(pod *corev1.Pod) AgentTarget {
-		return AgentTarget{Pod: pod.Name, BaseURL: agentBaseURL(pod, flow.Spec.Agent), Token: token,
+		return AgentTarget{Pod: pod.Name, BaseURL: agentBaseURL(pod, flow.Spec.Agent), Token: tokens.Current, PreviousToken: tokens.Previous,
 			Namespace: flow.Namespace, Name: flow.Name, DefaultPort: !namesAgentPort(pod, flow.Spec.Agent)}
 	}
 }
@@ -433,12 +433,12 @@ func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *su
 	if len(pods) == 0 {
 		return nil, nil
 	}
-	token, err := r.agentToken(ctx, flow)
+	tokens, err := r.agentToken(ctx, flow)
 	if err != nil {
 		return []string{"all holders (" + err.Error() + ")"}, nil
 	}
 	var failed []string
-	for _, f := range r.releaseAll(ctx, pods, r.targetFunc(flow, token), string(flow.UID)) {
+	for _, f := range r.releaseAll(ctx, pods, r.targetFunc(flow, tokens), string(flow.UID)) {
 		failed = append(failed, f.String())
 	}
 	return failed, nil

@@ -44,6 +44,8 @@ type podOutcome struct {
 	Pod    string
 	Status *protocol.FlowStatus // nil when the agent did not answer
 	Err    error
+	// PreviousToken: the agent accepted only the token its Secret held before a rotation.
+	PreviousToken bool
 }
 
 // observation is everything the status is computed from in one reconcile.
@@ -53,6 +55,7 @@ type observation struct {
 	Outcomes  []podOutcome // one per matched pod, sorted by pod name
 	Executor  string       // pod executing the current seek
 	TokenRef  string       // "namespace/name key" for messages
+	Tokens    agentTokens  // what was offered, to tell a rotation in progress
 	Now       time.Time
 	// PreviousRevision and PreviousAgents are the status before this reconcile.
 	PreviousRevision int64
@@ -109,8 +112,10 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	st.HeldBy = obs.HeldBy
 	st.Seek = seekStatus(flow, obs)
 	ready, reason, message := readiness(flow.Spec, obs, st)
-	for _, note := range obs.Effective.Notes {
-		message += "; " + note
+	for _, note := range append(slices.Clone(obs.Effective.Notes), rotationNote(obs)) {
+		if note != "" {
+			message += "; " + note
+		}
 	}
 	setCondition(&st, subflowv1.ConditionReady, ready, reason, message)
 	stalled := reason == subflowv1.ReasonAgentAuthFailed || reason == subflowv1.ReasonInvalidSpec
@@ -160,6 +165,9 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
 		agent.Message = clip(o.Status.Conflict, maxAgentText)
+		if o.PreviousToken && agent.Message == "" {
+			agent.Message = "accepts only the previous token: its copy of the rotated Secret is not updated yet"
+		}
 		for _, c := range o.Status.Consumers {
 			agent.Consumers++
 			agent.HeldMessages += c.HeldMessages
@@ -231,8 +239,7 @@ func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv
 			"; the rest of the spec applies"
 	}
 	if pods := podsWhere(obs, func(o podOutcome) bool { return IsUnauthorized(o.Err) }); len(pods) > 0 {
-		return metav1.ConditionFalse, subflowv1.ReasonAgentAuthFailed, fmt.Sprintf(
-			"Agents in %s refused the token from Secret %s; make the pods mount the same token", listNames(pods), obs.TokenRef)
+		return metav1.ConditionFalse, subflowv1.ReasonAgentAuthFailed, authAdvice(obs, pods)
 	}
 	if pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil }); len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonAgentsUnreachable, fmt.Sprintf(
@@ -255,6 +262,36 @@ func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv
 	return metav1.ConditionTrue, subflowv1.ReasonSynced, fmt.Sprintf(
 		"%d agents applied revision %d: %d consumers %s", st.Pods.Synced, obs.Revision, st.Consumers.Total, obs.Effective.State)
 }
+
+// authAdvice says why agents refused the token, given what the controller saw of rotations.
+func authAdvice(obs observation, pods []string) string {
+	const mount = "the kubelet updates a Secret mounted as a volume within a minute or two, but never one mounted " +
+		"with subPath or read into an environment variable"
+	switch t := obs.Tokens; {
+	case t.rotating():
+		return fmt.Sprintf("Agents in %s refused both the token from Secret %s and the one it held before its rotation %s ago; "+
+			"make the pods mount that Secret: %s", listNames(pods), obs.TokenRef, ago(obs.Now, t.RotatedAt), mount)
+	case !t.RotatedAt.IsZero():
+		return fmt.Sprintf("Agents in %s still refuse the token from Secret %s, rotated %s ago: their copy was not updated "+
+			"(%s); restart those pods", listNames(pods), obs.TokenRef, ago(obs.Now, t.RotatedAt), mount)
+	default:
+		return fmt.Sprintf("Agents in %s refused the token from Secret %s; make the pods mount that Secret as a volume and "+
+			"give its file to the agent (a subPath mount is never updated)", listNames(pods), obs.TokenRef)
+	}
+}
+
+// rotationNote names the agents that accept only the previous token while a rotation's grace
+// lasts, so that an operator sees a rotation in progress and when it must be over.
+func rotationNote(obs observation) string {
+	pods := podsWhere(obs, func(o podOutcome) bool { return o.PreviousToken })
+	if len(pods) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("token rotation in progress: agents in %s still accept only the previous token of Secret %s, "+
+		"offered to them until %s", listNames(pods), obs.TokenRef, obs.Tokens.Until.UTC().Format(time.RFC3339))
+}
+
+func ago(now, then time.Time) string { return now.Sub(then).Round(time.Second).String() }
 
 // noConsumersMessage says what the flow asked for and what the matched pods' agents consume.
 func noConsumersMessage(spec subflowv1.SubscriptionFlowSpec, obs observation) string {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,10 +43,84 @@ type tokenProblem struct{ msg string }
 
 func (p *tokenProblem) Error() string { return p.msg }
 
-// agentToken reads the flow's token Secret (uncached: the manager's client reads Secrets
+// DefaultTokenRotationGrace is how long after a rotation the token a Secret held before is still
+// offered to agents that refuse the new one. The kubelet rewrites a mounted Secret within its
+// sync period plus its cache's lifetime - a minute or two, later on a busy node - and until then
+// the pod's agent knows only the previous token.
+const DefaultTokenRotationGrace = 10 * time.Minute
+
+// agentTokens are the credentials for one flow's agents.
+type agentTokens struct {
+	Current string
+	// Previous is what the Secret held before its last change, set while the rotation's grace
+	// lasts; Until is when it ends.
+	Previous string
+	Until    time.Time
+	// RotatedAt is when the controller saw the Secret change last; zero if it never did.
+	RotatedAt time.Time
+}
+
+// rotating reports whether a previous token is still offered.
+func (t agentTokens) rotating() bool { return t.Previous != "" }
+
+// tokenBook remembers each token Secret's value as last read, so that a change is noticed and
+// the value before it kept for the grace period. It is memory only: a controller that restarts
+// during a rotation knows only the new token, and pods not yet updated stall until the kubelet
+// updates them.
+type tokenBook struct {
+	mu   sync.Mutex
+	seen map[string]tokenHistory
+}
+
+type tokenHistory struct {
+	current, previous string
+	rotatedAt         time.Time
+}
+
+// observe records token as the Secret's value at now and returns what to offer agents.
+func (b *tokenBook) observe(secret, token string, now time.Time, grace time.Duration) agentTokens {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = map[string]tokenHistory{}
+	}
+	h, known := b.seen[secret]
+	if known && h.current != token {
+		h = tokenHistory{current: token, previous: h.current, rotatedAt: now}
+	} else if !known {
+		h = tokenHistory{current: token}
+	}
+	if h.previous != "" && !now.Before(h.rotatedAt.Add(grace)) {
+		h.previous = ""
+	}
+	b.seen[secret] = h
+	tokens := agentTokens{Current: token, RotatedAt: h.rotatedAt}
+	if h.previous != "" {
+		tokens.Previous, tokens.Until = h.previous, h.rotatedAt.Add(grace)
+	}
+	return tokens
+}
+
+func (r *SubscriptionFlowReconciler) tokenRotationGrace() time.Duration {
+	if r.TokenRotationGrace > 0 {
+		return r.TokenRotationGrace
+	}
+	return DefaultTokenRotationGrace
+}
+
+// agentToken reads the flow's token Secret and returns the tokens to offer its agents.
+func (r *SubscriptionFlowReconciler) agentToken(ctx context.Context, flow *subflowv1.SubscriptionFlow) (agentTokens, error) {
+	token, err := r.readToken(ctx, flow)
+	if err != nil {
+		return agentTokens{}, err
+	}
+	return r.tokens.observe(tokenRefText(flow), token, r.Clock.Now(), r.tokenRotationGrace()), nil
+}
+
+// readToken reads the flow's token Secret (uncached: the manager's client reads Secrets
 // directly) and creates it with a random token when missing. Only the namespace's agent-token
 // Secret is used: the default name, or a Secret labelled subflow.dev/agent-token=true.
-func (r *SubscriptionFlowReconciler) agentToken(ctx context.Context, flow *subflowv1.SubscriptionFlow) (string, error) {
+func (r *SubscriptionFlowReconciler) readToken(ctx context.Context, flow *subflowv1.SubscriptionFlow) (string, error) {
 	name, key := tokenRef(flow)
 	var secret corev1.Secret
 	err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &secret)
@@ -86,4 +162,18 @@ func (r *SubscriptionFlowReconciler) createToken(ctx context.Context, namespace,
 		return "", err
 	}
 	return token, nil
+}
+
+// withTokens calls call with the current token and, when the agent refuses it while a rotation's
+// grace lasts, once more with the previous one; previous reports that the agent accepted only that one.
+func withTokens[T any](t AgentTarget, call func(AgentTarget) (T, error)) (result T, previous bool, err error) {
+	result, err = call(t)
+	if !IsUnauthorized(err) || t.PreviousToken == "" {
+		return result, false, err
+	}
+	t.Token = t.PreviousToken
+	if result, retryErr := call(t); !IsUnauthorized(retryErr) {
+		return result, true, retryErr
+	}
+	return result, false, err
 }

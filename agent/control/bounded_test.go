@@ -27,7 +27,7 @@ func TestTokenFileRotationWithSameSizeAndModTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := newServer(t, control.Options{TokenFile: file})
+	ts := newServer(t, control.Options{TokenFile: file, PreviousTokenGrace: -1})
 	url := ts.URL + protocol.PathPrefix + "/state"
 	if code, _ := call(t, http.MethodGet, url, "token-aaaa", ""); code != http.StatusOK {
 		t.Fatalf("first token refused: %d", code)

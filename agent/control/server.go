@@ -27,6 +27,12 @@ import (
 // DefaultMaxBodyBytes bounds a request body; a flow request is a few hundred bytes.
 const DefaultMaxBodyBytes = 64 << 10
 
+// DefaultPreviousTokenGrace is how long the agent still accepts the token its file held before
+// it changed. The controller reads the Secret at every push, so only pushes already on their
+// way when the kubelet updated the file carry the old token: they take at most the push
+// timeout, and two minutes leave room for a slow controller.
+const DefaultPreviousTokenGrace = 2 * time.Minute
+
 // DefaultApplyTimeout bounds how long a push waits for a consumer busy with another
 // transition (a seek moving its cursor) before it answers with the states as they are; the
 // rules are then applied in the background as soon as the consumer is free.
@@ -54,6 +60,10 @@ type Options struct {
 	TokenFile string
 	// Token is a fixed token, used when TokenFile is empty.
 	Token string
+	// PreviousTokenGrace is how long the token TokenFile held before a change is still
+	// accepted; zero means DefaultPreviousTokenGrace, negative means not at all (after a leak,
+	// for example).
+	PreviousTokenGrace time.Duration
 	// TLSCertFile and TLSKeyFile enable TLS when both are set.
 	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
@@ -110,7 +120,11 @@ func New(a *agent.Agent, opts Options) (*Server, error) {
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
-	s := &Server{agent: a, opts: opts, log: opts.Logger, token: &tokenSource{file: opts.TokenFile, fixed: opts.Token},
+	if opts.PreviousTokenGrace == 0 {
+		opts.PreviousTokenGrace = DefaultPreviousTokenGrace
+	}
+	token := &tokenSource{file: opts.TokenFile, fixed: opts.Token, grace: opts.PreviousTokenGrace, now: time.Now}
+	s := &Server{agent: a, opts: opts, log: opts.Logger, token: token,
 		rules: newRules(a, opts.Logger, opts.SeekTimeout), backlog: newBacklogWatches(a), mux: http.NewServeMux()}
 	s.mux.Handle("GET "+protocol.PathPrefix+"/state", s.authenticated(s.getState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -192,13 +206,13 @@ func (s *Server) authenticated(next http.HandlerFunc) http.HandlerFunc {
 			refuse(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "missing or wrong bearer token")
 			return
 		}
-		want, err := s.token.current()
+		accepted, err := s.token.accepts(got)
 		if err != nil {
 			s.log.Error(err, "Reading the control token failed")
 			refuse(w, http.StatusInternalServerError, "TokenUnavailable", "the agent cannot read its token file")
 			return
 		}
-		if !sameToken(got, want) {
+		if !accepted {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="subflow-agent"`)
 			refuse(w, http.StatusUnauthorized, protocol.ReasonUnauthorized, "missing or wrong bearer token")
 			return

@@ -97,24 +97,58 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
-func TestTokenFileIsReloadedWhenRotated(t *testing.T) {
+// After a rotation the new token applies at once and the previous one still works for the
+// grace, so that pushes already on their way are not refused; then only the new one works. Only
+// one previous token is kept: a second rotation ends the first one's grace.
+func TestRotatedTokenFileAcceptsThePreviousTokenForTheGrace(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
-		t.Fatal(err)
+	rotate := func(token string) {
+		if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ts := newServer(t, control.Options{TokenFile: file})
+	rotate("first")
+	const grace = 500 * time.Millisecond
+	ts := newServer(t, control.Options{TokenFile: file, PreviousTokenGrace: grace})
 	url := ts.URL + protocol.PathPrefix + "/state"
-	if code, _ := call(t, http.MethodGet, url, "first", ""); code != http.StatusOK {
-		t.Fatalf("first token refused: %d", code)
+	code := func(token string) int { c, _ := call(t, http.MethodGet, url, token, ""); return c }
+	if got := code("first"); got != http.StatusOK {
+		t.Fatalf("first token refused: %d", got)
 	}
-	if err := os.WriteFile(file, []byte("second-token\n"), 0o600); err != nil {
-		t.Fatal(err)
+	rotate("second-token")
+	rotated := time.Now()
+	if got := code("second-token"); got != http.StatusOK {
+		t.Errorf("rotated token refused: %d", got)
 	}
-	if code, _ := call(t, http.MethodGet, url, "second-token", ""); code != http.StatusOK {
-		t.Errorf("rotated token refused: %d", code)
+	if got := code("first"); got != http.StatusOK && time.Since(rotated) < grace {
+		t.Errorf("previous token refused %v after the rotation, within the grace: %d", time.Since(rotated), got)
 	}
-	if code, _ := call(t, http.MethodGet, url, "first", ""); code != http.StatusUnauthorized {
-		t.Errorf("old token still accepted: %d", code)
+	deadline := time.Now().Add(10 * time.Second)
+	for code("first") != http.StatusUnauthorized {
+		if time.Now().After(deadline) {
+			t.Fatal("the previous token is still accepted 10 s after the rotation")
+		}
+		time.Sleep(20 * time.Millisecond) // polling pace, not synchronisation
+	}
+	if since := time.Since(rotated); since < grace {
+		t.Errorf("the previous token was refused after %v, before the grace of %v ended", since, grace)
+	}
+	if got := code("second-token"); got != http.StatusOK {
+		t.Errorf("current token refused after the grace: %d", got)
+	}
+
+	rotate("third")
+	if got := code("second-token"); got != http.StatusOK {
+		t.Errorf("the token before the second rotation refused at once: %d", got)
+	}
+	rotate("fourth")
+	for _, old := range []string{"first", "second-token"} {
+		if got := code(old); got != http.StatusUnauthorized {
+			t.Errorf("token %q, older than the previous one, got %d, want 401", old, got)
+		}
+	}
+	if got := code("wrong"); got != http.StatusUnauthorized {
+		t.Errorf("a wrong token got %d during a grace", got)
 	}
 }
 

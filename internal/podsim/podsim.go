@@ -24,10 +24,13 @@ type Options struct {
 	Name                 string
 	ServiceURL, AdminURL string
 	Token                string
-	Topic, Subscription  string
-	Type                 pulsar.SubscriptionType
-	ReceiverQueueSize    int
-	StartGated           bool
+	// TokenFile, when set, is the agent's token file instead of Token: tests rewrite it as the
+	// kubelet rewrites a mounted Secret.
+	TokenFile           string
+	Topic, Subscription string
+	Type                pulsar.SubscriptionType
+	ReceiverQueueSize   int
+	StartGated          bool
 	// Addr is the control server's address; empty means a random loopback port.
 	Addr string
 	// Client is a shared Pulsar client; nil means the pod creates (and closes) its own.
@@ -66,7 +69,7 @@ func Start(opts Options) (*Pod, error) {
 		opts.Addr = "127.0.0.1:0"
 	}
 	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated}
-	controlOpts := control.Options{Token: opts.Token, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile}
+	controlOpts := control.Options{Token: opts.Token, TokenFile: opts.TokenFile, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile}
 	if opts.Metrics != nil {
 		agentOpts.Registerer, controlOpts.Gatherer = opts.Metrics, opts.Metrics
 	}
