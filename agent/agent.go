@@ -107,6 +107,9 @@ func (a *Agent) Subscribe(client pulsar.Client, opts pulsar.ConsumerOptions) (*C
 	if opts.MessageChannel != nil {
 		return nil, ErrMessageChannelOwned
 	}
+	if opts.ExpireTimeOfIncompleteChunk < 0 {
+		return nil, ErrNegativeChunkExpiry
+	}
 	c := newConsumer(a, client, opts)
 	a.mu.Lock()
 	hooks := slices.Clone(a.hooks)

@@ -42,6 +42,10 @@ type Consumer struct {
 	remoteGen                 int64
 	started                   bool
 
+	// chunked: the consumer receives chunked messages (see chunks.go); set once, read
+	// lock-free by the fast take.
+	chunked atomic.Bool
+
 	pumpOnce sync.Once
 	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
 	pumping  atomic.Bool                 // Chan() was called
@@ -69,6 +73,7 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		transitions: make(chan struct{}, 1),
 		out:         make(chan pulsar.ConsumerMessage),
 	}
+	c.chunked.Store(declaresChunks(opts))
 	c.takersGo = sync.NewCond(&c.mu)
 	c.changed = make(chan struct{})
 	c.state = protocol.Stopped

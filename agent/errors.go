@@ -22,6 +22,10 @@ var (
 	ErrNoAdminURL = errors.New("agent: seek by index needs Options.AdminURL")
 	// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
 	// resolved; nothing was moved.
+	// ErrNegativeChunkExpiry is returned by Subscribe for a negative
+	// ExpireTimeOfIncompleteChunk: pulsar-client-go would discard and acknowledge every chunked
+	// message before its last chunk arrived.
+	ErrNegativeChunkExpiry   = errors.New("agent: ConsumerOptions.ExpireTimeOfIncompleteChunk is negative: pulsar-client-go would acknowledge every incomplete chunked message at once")
 	ErrIndexMetadataDisabled = errors.New("agent: broker exposes no entry index: enable brokerEntryMetadataInterceptors=org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor and exposingBrokerEntryMetadataToClientEnabled=true")
 )
 

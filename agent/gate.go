@@ -79,6 +79,11 @@ type gate struct {
 	since               time.Time
 	receivedWhilePaused int64
 
+	// renewal is the scheduled fresh subscription of a paused consumer of chunked messages;
+	// renewSeq tells a stale callback from the current one.
+	renewal  *time.Timer
+	renewSeq int64
+
 	nacks  []deferredNack   // nacks made while closed, issued when the gate opens
 	handed redeliveryFilter // messages held while closed, to drop their redelivered copies
 }
@@ -116,6 +121,7 @@ func (c *Consumer) openGateLocked() {
 		return
 	}
 	c.unplugLocked()
+	c.disarmRenewalLocked()
 	c.phase = gateOpen
 	c.syncFastLocked()
 	c.signalLocked()
@@ -276,6 +282,7 @@ func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok 
 	case <-ctx.Done():
 		return cm, false, ctx.Err()
 	}
+	c.noteChunked(cm)
 	if c.fast.Load() {
 		cm.Consumer = c
 		return cm, true, nil
@@ -317,6 +324,7 @@ func (c *Consumer) handOver(cm pulsar.ConsumerMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leaveLocked()
+	c.noteChunked(cm)
 	if c.dropOnArrivalLocked(cm) {
 		return false
 	}
@@ -388,6 +396,7 @@ func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
 		// Held across a pause: if the consumer reconnects meanwhile, the broker sends it again.
 		c.handed.remember(cm.Message.ID())
 	}
+	c.noteChunked(cm)
 	h := heldMessage{cm: cm, at: time.Now()}
 	if front {
 		c.held = append([]heldMessage{h}, c.held...)

@@ -21,6 +21,7 @@ type metrics struct {
 	deferredNacks       *prometheus.GaugeVec
 	duplicatesDropped   *prometheus.CounterVec
 	nacksOverflow       prometheus.Counter
+	chunkRenewals       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -61,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "subflow_agent_nacks_not_deferred_total",
 			Help: "Nacks made while paused that exceeded the deferral bound and went to the client at once.",
 		}),
+		chunkRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "subflow_agent_chunk_renewals_total",
+			Help: "Fresh subscriptions of paused consumers of chunked messages, made before the client could expire (and acknowledge) incomplete ones.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -75,6 +80,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.deferredNacks = register(reg, m.deferredNacks, &err)
 	m.duplicatesDropped = register(reg, m.duplicatesDropped, &err)
 	m.nacksOverflow = register(reg, m.nacksOverflow, &err)
+	m.chunkRenewals = register(reg, m.chunkRenewals, &err)
 	return m, err
 }
 

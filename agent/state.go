@@ -145,6 +145,9 @@ func (c *Consumer) reconcile() error {
 	case protocol.Paused:
 		c.closeGate()
 		err = c.ensureSubscribed()
+		c.mu.Lock()
+		c.armRenewalLocked()
+		c.mu.Unlock()
 	case protocol.Stopped:
 		c.closeGate()
 		c.closeInner()
@@ -222,6 +225,7 @@ func (c *Consumer) closeInner() {
 	c.mu.Lock()
 	inner := c.inner
 	c.setInnerLocked(nil, nil)
+	c.disarmRenewalLocked()
 	dropped := c.dropHeldLocked(time.Time{})
 	c.dropNacksLocked()
 	c.handed.forget()

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+)
+
+// Chunked messages and long pauses.
+//
+// pulsar-client-go (v0.19.0, v0.20.0 and v0.21.0 alike, consumer_partition.go) reassembles a
+// chunked message in a context created when its first chunk arrives, and starts a goroutine
+// per context that waits ExpireTimeOfIncompleteChunk (default one minute) and then discards
+// the context if it is still there, acknowledging every chunk it received: chunkedMsgCtxMap
+// addIfAbsent calls discardChunkIfExpire with autoAck true, whatever AutoAckIncompleteChunk
+// says. The chunks that arrive later find no context and are dropped without returning their
+// permit. While the gate is closed the broker stops once the complete messages hold the
+// client's permits, usually in the middle of other messages (producers interleave), so a pause
+// longer than the expiry acknowledges those messages' first chunks unseen (lost) and strands
+// the consumer without permits. Nothing in the client disarms that goroutine but closing the
+// consumer (chunkedMsgCtxMap.Close, after which the discard does nothing); a longer expiry
+// only moves the deadline and keeps one goroutine per chunked message alive that much longer.
+//
+// So a paused consumer that receives chunked messages is subscribed afresh (closed, its
+// unacknowledged messages returned to the broker, and subscribed again, still gated) every
+// half expiry of the pause, before any context from the previous subscription can expire.
+// On the broker this is what a reconnect while paused does (the reconnect limit: a new
+// session and the initial grant of the receiver queue). A consumer receives chunked messages
+// once one has reached the gate, or from the start when its options set
+// ExpireTimeOfIncompleteChunk, MaxPendingChunkedMessage or AutoAckIncompleteChunk.
+
+// defaultChunkExpiry is pulsar-client-go's ExpireTimeOfIncompleteChunk when the option is zero
+// (consumer_impl.go).
+const defaultChunkExpiry = time.Minute
+
+// chunkExpiry is the client's incomplete-chunk expiry for opts.
+func chunkExpiry(opts pulsar.ConsumerOptions) time.Duration {
+	if opts.ExpireTimeOfIncompleteChunk > 0 {
+		return opts.ExpireTimeOfIncompleteChunk
+	}
+	return defaultChunkExpiry
+}
+
+// declaresChunks reports whether the options configure chunked-message reassembly, which
+// says that the application expects chunked messages.
+func declaresChunks(opts pulsar.ConsumerOptions) bool {
+	return opts.ExpireTimeOfIncompleteChunk != 0 || opts.MaxPendingChunkedMessage != 0 || opts.AutoAckIncompleteChunk
+}
+
+// isChunkedID reports whether id is the client's id of a reassembled chunked message (its
+// unexported chunkMessageID, the only way the client marks such a message).
+func isChunkedID(id pulsar.MessageID) bool {
+	t := reflect.TypeOf(id)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "chunkMessageID"
+}
+
+// noteChunked records that the consumer receives chunked messages once one reaches the gate.
+// Lock-free: the fast take calls it for every message.
+func (c *Consumer) noteChunked(cm pulsar.ConsumerMessage) {
+	if !c.chunked.Load() && cm.Message != nil && isChunkedID(cm.Message.ID()) {
+		c.chunked.Store(true)
+	}
+}
+
+// armRenewalLocked schedules the next fresh subscription of a paused consumer that receives
+// chunked messages, unless one is scheduled for this session already: repeated pushes of the
+// same pause must not postpone it.
+func (c *Consumer) armRenewalLocked() {
+	if c.renewal != nil || c.phase == gateOpen || c.inner == nil || c.closed || !c.chunked.Load() {
+		return
+	}
+	c.renewSeq++
+	seq := c.renewSeq
+	c.renewal = time.AfterFunc(chunkExpiry(c.opts)/2, func() { c.renew(seq) })
+}
+
+// disarmRenewalLocked cancels the scheduled renewal: the gate opens, or the session ends.
+func (c *Consumer) disarmRenewalLocked() {
+	if c.renewal != nil {
+		c.renewal.Stop()
+		c.renewal = nil
+	}
+	c.renewSeq++ // a callback already running finds itself stale
+}
+
+// renew subscribes the paused consumer afresh so that the client's expiry of incomplete
+// chunked messages never runs for a session (see above).
+func (c *Consumer) renew(seq int64) {
+	_ = c.lock(context.Background())
+	defer c.unlock()
+	c.mu.Lock()
+	stale := seq != c.renewSeq || c.closed
+	if !stale {
+		c.renewal = nil
+	}
+	c.mu.Unlock()
+	if stale || c.desired() != protocol.Paused {
+		return
+	}
+	c.log.Info("Subscribing afresh while paused, before the client could expire incomplete chunked messages",
+		"expireTimeOfIncompleteChunk", chunkExpiry(c.opts).String())
+	c.metrics.m.chunkRenewals.Inc()
+	c.closeInner()
+	c.logIfFailed(c.reconcile())
+}
