@@ -162,7 +162,8 @@ func (c *Consumer) Status() protocol.ConsumerStatus {
 // Topic is the topic, the comma-separated topics or the pattern the consumer was created for.
 func (c *Consumer) Topic() string { return c.topic }
 
-// Options returns the options the consumer subscribes with (MessageChannel excluded).
+// Options returns the options as the application gave them (with Name filled in). The client
+// gets them with the agent's MessageChannel and nack settings (nack.go).
 func (c *Consumer) Options() pulsar.ConsumerOptions { return c.opts }
 
 // Subscription returns the subscription name.
@@ -269,11 +270,13 @@ func (c *Consumer) ReconsumeLaterWithCustomProperties(msg pulsar.Message, props 
 	}
 }
 
-// Nack asks for redelivery of msg; a no-op while stopped. While paused the nack is deferred
-// until the consumer runs again, so nothing is redelivered or dead-lettered while paused.
+// Nack asks for redelivery of msg after the consumer's NackRedeliveryDelay (or backoff
+// policy); a no-op while stopped. The delay runs only while the consumer runs (nack.go), so
+// nothing is redelivered, retried or dead-lettered while paused, whenever the nack was made.
 func (c *Consumer) Nack(msg pulsar.Message) { c.nack(deferredNack{msg: msg}) }
 
-// NackID asks for redelivery of a message by id, deferred while paused like Nack.
+// NackID asks for redelivery of a message by id, its delay running only while the consumer
+// runs, like Nack.
 func (c *Consumer) NackID(id pulsar.MessageID) { c.nack(deferredNack{id: id}) }
 
 // Seek resets the subscription to id (non-partitioned topics, as in the client). Messages the

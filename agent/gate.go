@@ -84,8 +84,9 @@ type gate struct {
 	renewal  *time.Timer
 	renewSeq int64
 
-	nacks  []deferredNack   // nacks made while closed, issued when the gate opens
-	handed redeliveryFilter // messages held while closed, to drop their redelivered copies
+	nacks     []deferredNack   // nacks the agent keeps until due while open (nack.go)
+	nackTimer *time.Timer      // the next hand-over of nacks to the client
+	handed    redeliveryFilter // messages held while closed, to drop their redelivered copies
 }
 
 // heldMessage is a message taken from the client while the gate closed.
@@ -123,6 +124,7 @@ func (c *Consumer) openGateLocked() {
 	c.unplugLocked()
 	c.disarmRenewalLocked()
 	c.phase = gateOpen
+	c.thawNacksLocked()
 	c.syncFastLocked()
 	c.signalLocked()
 }
@@ -133,6 +135,7 @@ func (c *Consumer) openGateLocked() {
 func (c *Consumer) closeGateLocked() {
 	if c.phase == gateOpen {
 		c.phase = gateClosing
+		c.freezeNacksLocked()
 		c.syncFastLocked()
 		c.signalLocked()
 		for c.takers > 0 || c.fastTakers.Load() > 0 {

@@ -398,3 +398,81 @@ func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
 func subTypeName(t pulsar.SubscriptionType) string {
 	return [...]string{pulsar.Exclusive: "Exclusive", pulsar.Shared: "Shared", pulsar.Failover: "Failover", pulsar.KeyShared: "KeyShared"}[t]
 }
+
+// A nack made before the pause whose delay ends during it is neither redelivered nor
+// dead-lettered while paused, and no FLOW or redelivery request goes out; on resume it takes
+// effect after what was left of its delay at the pause.
+func TestIntegrationNackBeforePauseWaitsForResume(t *testing.T) {
+	e := newEnv(t)
+	topic := uniqueTopic(t)
+	dlq := topic + "-DLQ"
+	dlqReader := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: dlq, SubscriptionName: "dlq"})
+	const n, delay = 10, 2 * time.Second
+	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared,
+		NackRedeliveryDelay: delay, DLQ: &pulsar.DLQPolicy{MaxDeliveries: 1, DeadLetterTopic: dlq}})
+	e.produce(t, topic, 0, n, 1)
+	var got []pulsar.Message
+	for range n {
+		got = append(got, receiveOne(t, c))
+	}
+	firstNack := time.Now()
+	for _, m := range got {
+		c.Nack(m)
+	}
+	lastNack := time.Now()
+	// Paused part-way through the delay, and kept paused well past its end.
+	for time.Since(lastNack) < delay/4 {
+		if r := e.wire.Events(wirerec.Filter{Topic: topic, Subscription: "sub"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES); len(r) > 0 {
+			t.Fatalf("redelivery requested %v after the nacks, before their delay of %v", r[0].Time.Sub(firstNack), delay)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pauseStart := time.Now()
+	c.Pause()
+	pauseEnd := time.Now()
+	atPause := e.mark()
+	watchNoRedelivery(t, e, topic, dlq, atPause, lastNack.Add(delay+delay/2))
+	e.barrier(t, c)
+	if f := e.flows(topic, "sub", atPause); len(f) != 0 {
+		t.Fatalf("%d FLOWs while paused: %+v", len(f), f)
+	}
+	if d := c.DeferredNacks(); d != n {
+		t.Fatalf("%d nacks kept while paused, want %d", d, n)
+	}
+
+	resumeStart := time.Now()
+	c.Resume()
+	if got := receiveN(t, dlqReader, n); len(got) != n {
+		t.Fatalf("%d dead letters after resume, want %d", len(got), n)
+	}
+	r := e.wire.Events(wirerec.Filter{Topic: topic, Subscription: "sub"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)
+	if len(r) == 0 {
+		t.Fatal("no redelivery request on the wire after resume")
+	}
+	// What was left at the pause: at least delay-(pauseEnd-firstNack), at most
+	// delay-(pauseStart-lastNack), give or take the client tracker's tick.
+	after := r[0].Time.Sub(resumeStart)
+	lo, hi := delay-pauseEnd.Sub(firstNack)-50*time.Millisecond, delay-pauseStart.Sub(lastNack)+time.Second
+	if after < lo || after > hi {
+		t.Fatalf("redelivery requested %v after resume, want the remaining delay, between %v and %v", after, lo, hi)
+	}
+}
+
+// watchNoRedelivery watches a paused consumer until `until` and fails at once when a
+// redelivery request, a redelivered message or a dead letter shows on the wire.
+func watchNoRedelivery(t *testing.T, e *env, topic, dlq string, since wirerec.Mark, until time.Time) {
+	t.Helper()
+	for time.Now().Before(until) {
+		f := wirerec.Filter{Topic: topic, Subscription: "sub", Since: since}
+		if r := e.wire.Events(f, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES); len(r) > 0 {
+			t.Fatalf("redelivery requested while paused: %+v", r[0])
+		}
+		if d := e.delivered(topic, "sub", since); d != 0 {
+			t.Fatalf("%d messages redelivered while paused", d)
+		}
+		if d := e.delivered(dlq, "dlq", 0); d != 0 {
+			t.Fatalf("%d messages dead-lettered while paused", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		deferredNacks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "subflow_agent_deferred_nacks",
-			Help: "Nacks made while paused, issued when the consumer runs again.",
+			Help: "Nacks the agent keeps: made while paused, or waiting for their redelivery delay to pass while running.",
 		}, consumerLabelNames),
 		duplicatesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "subflow_agent_redelivered_duplicates_dropped_total",

@@ -168,9 +168,6 @@ func (c *Consumer) isClosed() bool {
 func (c *Consumer) openGate() {
 	c.mu.Lock()
 	c.openGateLocked()
-	if c.phase == gateOpen {
-		c.issueNacksLocked()
-	}
 	inner := c.inner
 	c.mu.Unlock()
 	if p, ok := inner.(nativePauser); ok {
@@ -203,6 +200,7 @@ func (c *Consumer) ensureSubscribed() error {
 	opts := c.opts
 	opts.MessageChannel = src
 	opts.Topics = slices.Clone(c.opts.Topics) // the client rewrites topic names in place
+	clientNackOptions(&opts)                  // the agent owns the nack delay (nack.go)
 	inner, err := c.client.Subscribe(opts)
 	if err != nil {
 		return err
