@@ -81,7 +81,10 @@ func NewHTTPAgentClient(timeout time.Duration, tlsConfig *tls.Config) *HTTPAgent
 	transport.MaxIdleConnsPerHost = 4
 	transport.MaxIdleConns = 2048
 	transport.Proxy = nil // pod IPs are never reached through a proxy
-	transport.TLSClientConfig = tlsConfig
+	if tlsConfig != nil {
+		// The transport adds its protocols to the config it is given: never share one.
+		transport.TLSClientConfig = tlsConfig.Clone()
+	}
 	// A redirect from an agent is never followed: it would carry the token elsewhere.
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &HTTPAgentClient{HTTP: &http.Client{Transport: transport, CheckRedirect: noRedirect}, Timeout: timeout}

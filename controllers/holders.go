@@ -91,8 +91,8 @@ func sortedKeys(set map[string]bool) []string {
 }
 
 // recordHolders adds the pods about to be pushed to status.heldBy, written before the push.
-// It returns the holders after the write.
-func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow *subflowv1.SubscriptionFlow, holders []string, pods []corev1.Pod) ([]string, error) {
+// It returns the holders after the write, and keeps stored equal to the flow the API server holds.
+func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow, stored *subflowv1.SubscriptionFlow, holders []string, pods []corev1.Pod) ([]string, error) {
 	set := make(map[string]bool, len(holders)+len(pods))
 	for _, pod := range holders {
 		set[pod] = true
@@ -109,9 +109,11 @@ func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow *su
 	}
 	before := flow.DeepCopy()
 	flow.Status.HeldBy = all
-	if err := r.Status().Patch(ctx, flow, client.MergeFrom(before)); err != nil {
+	// Locked like every status write: a stale copy's list could drop another writer's holders.
+	if err := r.Status().Patch(ctx, flow, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, err
 	}
+	flow.DeepCopyInto(stored)
 	r.holders.set(flow, all)
 	return all, nil
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,6 +53,8 @@ const (
 	maxRetry             = time.Minute
 	seekPoll             = time.Second
 	releaseGiveUpAfter   = 2 * time.Minute
+	cacheWait            = 2 * time.Second
+	readAgainAfter       = 50 * time.Millisecond
 	maxConcurrentFlows   = 8
 	eventActionReconcile = "Reconcile"
 )
@@ -86,7 +89,6 @@ type SubscriptionFlowReconciler struct {
 	holders holderBook
 	tokens  tokenBook
 	retries retryBook
-	written writtenBook
 	pushes  pushBook
 	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
 	lateAnswers chan event.GenericEvent
@@ -126,27 +128,57 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if !flow.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, flow)
 	}
+	seen := []string{flow.ResourceVersion}
 	if err := r.patchFinalizer(ctx, flow, controllerutil.AddFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
-	original := flow.DeepCopy()
-	before := r.written.before(original)
-	result, err := r.reconcileNormal(ctx, flow)
-	if !equality.Semantic.DeepEqual(original.Status, flow.Status) {
-		if patchErr := r.Status().Patch(ctx, flow, client.MergeFrom(original)); patchErr != nil {
+	// stored is the flow as the API server holds it; writes during the reconcile (heldBy)
+	// keep it so.
+	stored := flow.DeepCopy()
+	result, err := r.reconcileNormal(ctx, flow, stored)
+	if apierrors.IsConflict(err) {
+		return r.readAgain(ctx, flow)
+	}
+	if !equality.Semantic.DeepEqual(stored.Status, flow.Status) {
+		// Every status write carries the resourceVersion read: one computed from a copy that
+		// is no longer the stored one (another controller wrote) is refused, so revision and
+		// observedGeneration never go back, and a transition is announced only by the write
+		// that stored it, compared with the status it replaced.
+		patchErr := r.Status().Patch(ctx, flow, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(patchErr) {
+			return r.readAgain(ctx, flow)
+		}
+		if patchErr != nil {
 			return ctrl.Result{}, patchErr
 		}
-		// Events announce written transitions only, from the status last written.
-		r.emitEvents(before, flow)
-		r.written.set(flow)
+		r.emitEvents(stored, flow)
+		r.awaitCache(ctx, flow, append(seen, stored.ResourceVersion)...)
 	}
 	return result, err
+}
+
+// readAgain reconciles a flow again soon after its status changed since it was read.
+func (r *SubscriptionFlowReconciler) readAgain(ctx context.Context, flow *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
+	ctrl.LoggerFrom(ctx).V(1).Info("Status changed since it was read; reconciling again", "flow", klog.KObj(flow))
+	return ctrl.Result{RequeueAfter: readAgainAfter}, nil
+}
+
+// awaitCache waits, briefly, until the cache holds a version of flow other than those this
+// reconcile read or wrote before its status write (so this write or a later one): the next
+// reconcile of the flow then starts from it, instead of from a copy whose status write would be
+// refused as stale after pushing to every agent again.
+func (r *SubscriptionFlowReconciler) awaitCache(ctx context.Context, flow *subflowv1.SubscriptionFlow, older ...string) {
+	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+		var cached subflowv1.SubscriptionFlow
+		err := r.Get(ctx, client.ObjectKeyFromObject(flow), &cached)
+		return err != nil || !slices.Contains(older, cached.ResourceVersion), nil
+	})
 }
 
 // reconcileNormal computes the effective state, records and pushes it to every matched agent,
 // releases agents that no longer match, and sets flow.Status from what they answered. Input the
 // API server accepted but that cannot be used stalls the flow and changes nothing in the agents.
-func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
+func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, stored *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	now := r.Clock.Now()
 	eff := EffectiveState(flow, now)
@@ -168,7 +200,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow *
 	if len(pods) > subflowv1.MaxHolders {
 		return r.stall(flow, fmt.Sprintf("spec.selector matches %d pods; one flow drives at most %d", len(pods), subflowv1.MaxHolders)), nil
 	}
-	holders, err := r.recordHolders(ctx, flow, r.holders.all(flow), pods)
+	holders, err := r.recordHolders(ctx, flow, stored, r.holders.all(flow), pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -386,7 +418,6 @@ func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	forgetFlowMetrics(key.Namespace, key.Name)
 	r.holders.forget(key)
 	r.retries.reset(key)
-	r.written.forget(key)
 	r.pushes.forget(key)
 }
 

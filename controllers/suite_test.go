@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -34,6 +36,8 @@ var (
 	k8s    client.Client
 	cached client.Client // the manager's client: flows and pods from its cache, as in production
 	broker *pulsartest.Broker
+	// restConfig reaches the test API server as its administrator.
+	restConfig *rest.Config
 	clock  = testclock.NewManual(time.Now()) // the reconciler's: tests move it across windows and override expiry
 )
 
@@ -59,7 +63,6 @@ func runSuite(m *testing.M) int {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = subflowv1.AddToScheme(scheme)
-	skip := true
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err == nil {
 		err = applyControllerRBAC(context.Background(), k8s)
@@ -69,16 +72,8 @@ func runSuite(m *testing.M) int {
 	}
 	var mgr ctrl.Manager
 	if err == nil {
-		// The manager runs as the controller's ServiceAccount with the deployed RBAC.
-		mgr, err = ctrl.NewManager(asController(cfg), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-			Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
-	}
-	if err == nil {
-		// No periodic resync within a test's time: every recovery must come from a watch or a
-		// retry, not from the fallback.
-		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
-			Agents: controllers.NewHTTPAgentClient(2*time.Second, agentTLS.client), Recorder: mgr.GetEventRecorder("subflow-controller"),
-			Resync: time.Hour}).SetupWithManager(mgr)
+		restConfig = cfg
+		mgr, err = newController(scheme, cache.Options{})
 	}
 	if err == nil {
 		cached = mgr.GetClient()
@@ -92,6 +87,23 @@ func runSuite(m *testing.M) int {
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
 	defer func() { cancel(); <-done }()
 	return m.Run()
+}
+
+// newController returns a manager running the reconciler as the controller's ServiceAccount
+// with the deployed RBAC, its cache limited by cacheOpts.
+func newController(scheme *runtime.Scheme, cacheOpts cache.Options) (ctrl.Manager, error) {
+	skip := true
+	mgr, err := ctrl.NewManager(asController(restConfig), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Client: controllers.ClientOptions(), Cache: cacheOpts, Controller: config.Controller{SkipNameValidation: &skip}})
+	if err != nil {
+		return nil, err
+	}
+	// No periodic resync within a test's time: every recovery must come from a watch or a
+	// retry, not from the fallback.
+	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
+		Agents: controllers.NewHTTPAgentClient(2*time.Second, agentTLS.client), Recorder: mgr.GetEventRecorder("subflow-controller"),
+		Resync: time.Hour}).SetupWithManager(mgr)
+	return mgr, err
 }
 
 // namespace creates a fresh namespace, with the agents' token Secret unless told otherwise.
