@@ -17,6 +17,13 @@
 // average batch size: at most Q + B - 1 with equal batches, Q + min(Q, 20)*(B-1) in general.
 // Without batching that is Q. Zero-queue consumers get nothing.
 //
+// Two more things the client would do behind the gate are the agent's: the nack delay, whose
+// clock runs only while the gate is open (nack.go), and, for a paused consumer of chunked
+// messages, a fresh subscription every half ExpireTimeOfIncompleteChunk so that the client never
+// expires and acknowledges an incomplete chunked message (chunks.go). While paused, such a
+// consumer's client returns a permit per non-final chunk: at most (Q + P)(K - 1) per session for
+// K chunks per message and P messages partly received, plus Q per renewal.
+//
 // Each Consumer combines three wishes and applies the most restrictive one
 // (Stopped > Paused > Running): the application's own (Pause/Resume, Stop/Run), the controller's
 // (SetState, guarded by a generation so that a stale request never undoes a newer one), and the
