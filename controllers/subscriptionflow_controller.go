@@ -216,6 +216,8 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	obs.Reporter = backlogReporter(flow, eff.State, live)
 	r.pushRevision(ctx, flow, live, target, &obs)
 	r.startSeekIfPending(ctx, flow, live, target, &obs)
+	obs.Orphaned = r.orphanedRules(ctx, obs.Outcomes)
+	obs.Selector = metav1.FormatLabelSelector(&flow.Spec.Selector)
 	succeededBefore := seekSucceeded(flow)
 	flow.Status = computeStatus(flow, obs)
 	if !succeededBefore && seekSucceeded(flow) {
@@ -337,6 +339,29 @@ func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flo
 		obs.Outcomes[i] = r.pushOne(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
 		return
 	}
+}
+
+// orphanedRules returns the UIDs of the rules holding consumers whose flow no longer exists
+// (a flow deleted with deletionPolicy Retain leaves its rule in the agents).
+func (r *SubscriptionFlowReconciler) orphanedRules(ctx context.Context, outcomes []podOutcome) map[string]bool {
+	orphaned := map[string]bool{}
+	checked := map[string]bool{}
+	for _, o := range outcomes {
+		if o.Status == nil {
+			continue
+		}
+		for _, ref := range o.Status.HeldBy {
+			if checked[ref.UID] {
+				continue
+			}
+			checked[ref.UID] = true
+			var holder subflowv1.SubscriptionFlow
+			err := r.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &holder)
+			// Any other error (a name no flow can have) leaves the rule unnamed as an orphan.
+			orphaned[ref.UID] = apierrors.IsNotFound(err) || (err == nil && string(holder.UID) != ref.UID)
+		}
+	}
+	return orphaned
 }
 
 // newestStale returns the highest revision agents reported holding in a 409, or 0.

@@ -68,6 +68,10 @@ type observation struct {
 	Reporter string
 	// BacklogLeadTime is how early BacklogAtRisk warns of a predicted deletion.
 	BacklogLeadTime time.Duration
+	// Orphaned are the UIDs of rules agents reported holding consumers whose flow is gone.
+	Orphaned map[string]bool
+	// Selector is the flow's pod selector as kubectl writes it, for the release command.
+	Selector string
 }
 
 // backlogRisk assesses what the reporter answered, if it did.
@@ -165,6 +169,9 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
 		agent.Message = clip(o.Status.Conflict, maxAgentText)
+		if len(o.Status.HeldBy) > 0 {
+			agent.Message = clip(heldAgentMessage(obs, o.Status.HeldBy), maxAgentText)
+		}
 		if o.PreviousToken && agent.Message == "" {
 			agent.Message = "accepts only the previous token: its copy of the rotated Secret is not updated yet"
 		}
@@ -258,6 +265,10 @@ func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv
 	if lagging := laggingConsumers(obs); len(lagging) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonConsumersConverging, fmt.Sprintf(
 			"Consumers not yet %s: %s", obs.Effective.State, listNames(lagging))
+	}
+	if held := heldConsumers(obs); len(held) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonHeldByOtherRule, fmt.Sprintf(
+			"Consumers held in a more restrictive state than %s: %s", obs.Effective.State, heldMessage(obs, held))
 	}
 	return metav1.ConditionTrue, subflowv1.ReasonSynced, fmt.Sprintf(
 		"%d agents applied revision %d: %d consumers %s", st.Pods.Synced, obs.Revision, st.Consumers.Total, obs.Effective.State)
@@ -459,6 +470,69 @@ func laggingConsumers(obs observation) []string {
 		}
 	}
 	return lagging
+}
+
+// heldAgentMessage is one agent's line in status.agents about the rules holding its consumers.
+func heldAgentMessage(obs observation, refs []protocol.RuleRef) string {
+	var names []string
+	for _, ref := range refs {
+		orphan := ""
+		if obs.Orphaned[ref.UID] {
+			orphan = ", orphaned: its flow no longer exists"
+		}
+		names = append(names, fmt.Sprintf("%s/%s (uid %s, %s%s)", ref.Namespace, ref.Name, ref.UID, ref.State, orphan))
+	}
+	return "held by " + strings.Join(names, "; ")
+}
+
+// heldConsumers returns the consumers more restrictive than the effective state, by pod.
+func heldConsumers(obs observation) map[string][]string {
+	want := protocol.State(obs.Effective.State)
+	held := map[string][]string{}
+	for _, o := range obs.Outcomes {
+		if o.Status == nil {
+			continue
+		}
+		for _, c := range o.Status.Consumers {
+			if c.State != want {
+				held[o.Pod] = append(held[o.Pod], fmt.Sprintf("%s (%s)", c.Name, c.State))
+			}
+		}
+	}
+	return held
+}
+
+// heldMessage names the held consumers and the rules holding them; for a rule whose flow is
+// gone it gives the command that releases it.
+func heldMessage(obs observation, held map[string][]string) string {
+	var consumers, rules []string
+	for _, o := range obs.Outcomes {
+		if len(held[o.Pod]) == 0 {
+			continue
+		}
+		consumers = append(consumers, clip(o.Pod+"/"+strings.Join(held[o.Pod], ", "), maxAgentText))
+		for _, ref := range o.Status.HeldBy {
+			if text := describeRule(obs, ref); !slices.Contains(rules, text) {
+				rules = append(rules, text)
+			}
+		}
+	}
+	msg := listNames(consumers)
+	if len(rules) > 0 {
+		msg += "; held by " + listNames(rules)
+	}
+	return msg
+}
+
+// describeRule names a rule holding consumers: another flow, or an orphan with its release.
+func describeRule(obs observation, ref protocol.RuleRef) string {
+	name := clip(ref.Namespace+"/"+ref.Name, maxAgentText)
+	if !obs.Orphaned[ref.UID] {
+		return fmt.Sprintf("flow %s (%s)", name, ref.State)
+	}
+	return clip(fmt.Sprintf("the rule %s (uid %s, %s) of a flow that no longer exists (deleted with deletionPolicy Retain); "+
+		"release it with: kubectl subflow release %s -n %s --selector %q", name, ref.UID, ref.State, ref.Name, ref.Namespace,
+		obs.Selector), 2*maxAgentText)
 }
 
 // listNames joins names, eliding after ten so that messages stay readable.

@@ -70,9 +70,9 @@ func TestComputeStatusConditions(t *testing.T) {
 			wantHalted:  "0/0", wantMatched: 1, wantReachable: 1},
 		{name: "running", eff: running, outcomes: []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Running)}},
 			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "0/1", wantMatched: 1, wantReachable: 1},
-		{name: "another flow pauses a consumer: not lagging", eff: running,
+		{name: "another rule holds a consumer paused: never Ready", eff: running,
 			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}},
-			wantReady: "True/Synced", wantPaused: "False/Running", wantHalted: "1/1", wantMatched: 1, wantReachable: 1},
+			wantReady: "False/HeldByOtherRule", wantPaused: "False/Running", wantHalted: "1/1", wantMatched: 1, wantReachable: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,7 +38,7 @@ var (
 	broker *pulsartest.Broker
 	// restConfig reaches the test API server as its administrator.
 	restConfig *rest.Config
-	clock  = testclock.NewManual(time.Now()) // the reconciler's: tests move it across windows and override expiry
+	clock      = testclock.NewManual(time.Now()) // the reconciler's: tests move it across windows and override expiry
 )
 
 // TestMain starts one real API server, one test broker and the controller for all tests.

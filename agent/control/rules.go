@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -252,6 +253,28 @@ func (rs *rules) conflicts(r *rule, consumers []*agent.Consumer) string {
 		return ""
 	}
 	return "also matched by " + strings.Join(names, ", ") + "; the most restrictive state applies"
+}
+
+// heldBy returns the other rules matching r's consumers with a more restrictive state than
+// r's, which therefore decide those consumers' state; at most protocol.MaxHeldBy, by key.
+func (rs *rules) heldBy(r *rule, consumers []*agent.Consumer) []protocol.RuleRef {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var out []protocol.RuleRef
+	for _, other := range rs.bySub[r.Subscription] {
+		if other.key == r.key || protocol.MostRestrictive(r.State, other.State) == r.State {
+			continue
+		}
+		if slices.ContainsFunc(consumers, other.matches) {
+			namespace, name, _ := strings.Cut(other.key, "/")
+			out = append(out, protocol.RuleRef{Namespace: namespace, Name: name, UID: other.UID, State: other.State})
+		}
+	}
+	slices.SortFunc(out, func(a, b protocol.RuleRef) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	if len(out) > protocol.MaxHeldBy {
+		out = out[:protocol.MaxHeldBy]
+	}
+	return out
 }
 
 // seek handles r's seek (see seekBook.take) and reports it. It never waits for the seek: an

@@ -279,6 +279,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		Consumers:       statuses(consumers),
 		Seek:            s.rules.seek(rl, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
+		HeldBy:          s.rules.heldBy(rl, consumers),
 		Backlog:         s.backlog.latest(watched),
 	}
 	if len(consumers) == 0 {

@@ -108,6 +108,10 @@ type FlowStatus struct {
 	Seek *SeekStatus `json:"seek,omitempty"`
 	// Conflict names other flows that match the same consumers with a different state.
 	Conflict string `json:"conflict,omitempty"`
+	// HeldBy lists the other rules matching these consumers whose state is more restrictive
+	// than this flow's, so that they decide the consumers' state (at most MaxHeldBy). The
+	// controller names them, and tells a rule whose flow is gone (deletionPolicy Retain).
+	HeldBy []RuleRef `json:"heldBy,omitempty"`
 	// OtherConsumers lists, when the rule matched no consumer, the subscriptions and topics of
 	// the consumers the agent does have (at most MaxOtherConsumers), so that the controller can
 	// name a typo in the flow.
@@ -159,6 +163,17 @@ type BacklogQuota struct {
 
 // MaxOtherConsumers bounds FlowStatus.OtherConsumers.
 const MaxOtherConsumers = 20
+
+// MaxHeldBy bounds FlowStatus.HeldBy.
+const MaxHeldBy = 20
+
+// RuleRef names a flow rule an agent holds and the state it asks for.
+type RuleRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	State     State  `json:"state"`
+}
 
 // ConsumerRef names a consumer's subscription and topic.
 type ConsumerRef struct {

@@ -35,6 +35,10 @@ const (
 	ReasonAgentsUnreachable = "AgentsUnreachable"
 	// ReasonConsumersConverging (Ready=False): agents answered but some consumers are not yet in the effective state.
 	ReasonConsumersConverging = "ConsumersConverging"
+	// ReasonHeldByOtherRule (Ready=False): another rule in the agents - another flow, or one a
+	// flow deleted with deletionPolicy Retain left behind - holds consumers in a more
+	// restrictive state than this flow's; the message names it.
+	ReasonHeldByOtherRule = "HeldByOtherRule"
 	// ReasonReleasePending (Ready=False): pods that no longer match still hold the rule; the
 	// controller retries releasing them.
 	ReasonReleasePending = "ReleasePending"

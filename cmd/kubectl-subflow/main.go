@@ -91,6 +91,7 @@ seek by broker-entry index. status, wait and list read what the controller repor
 		p.statusCommand(),
 		p.waitCommand(),
 		p.listCommand(),
+		p.releaseCommand(),
 	)
 	return root
 }
