@@ -104,6 +104,12 @@ func (c *Consumer) renew(seq int64) {
 	c.log.Info("Subscribing afresh while paused, before the client could expire incomplete chunked messages",
 		"expireTimeOfIncompleteChunk", chunkExpiry(c.opts).String())
 	c.metrics.m.chunkRenewals.Inc()
+	done := make(chan struct{})
+	c.renewing.Store(&done)
+	defer func() {
+		c.renewing.Store(nil)
+		close(done)
+	}()
 	c.closeInner()
 	c.logIfFailed(c.reconcile())
 }

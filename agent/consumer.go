@@ -45,6 +45,8 @@ type Consumer struct {
 	// chunked: the consumer receives chunked messages (see chunks.go); set once, read
 	// lock-free by the fast take.
 	chunked atomic.Bool
+	// renewing is closed when the chunk renewal under way has subscribed again (chunks.go).
+	renewing atomic.Pointer[chan struct{}]
 
 	pumpOnce sync.Once
 	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
@@ -120,6 +122,14 @@ func (c *Consumer) current() (pulsar.Consumer, error) {
 	}
 	if l := c.live.Load(); l != nil {
 		return l.Consumer, nil
+	}
+	if r := c.renewing.Load(); r != nil {
+		// A chunk renewal is between its close and its subscribe: acks and the like go to
+		// the new consumer, a few round trips later.
+		<-*r
+		if l := c.live.Load(); l != nil {
+			return l.Consumer, nil
+		}
 	}
 	return nil, ErrConsumerStopped
 }
