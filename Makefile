@@ -125,8 +125,9 @@ install: ## Install the CRD into the cluster in ~/.kube/config.
 	kubectl apply --server-side -k config/crd
 
 .PHONY: uninstall
-uninstall: ## Remove the CRD (and every SubscriptionFlow) from the cluster.
-	kubectl delete -k config/crd
+uninstall: ## Delete every SubscriptionFlow (the controller releases their pods), then the CRD. FORCE=1 without a controller.
+	hack/release-flows.sh
+	kubectl delete -k config/crd --ignore-not-found
 
 .PHONY: deploy
 deploy: ## Deploy the controller with image IMG.
@@ -134,5 +135,6 @@ deploy: ## Deploy the controller with image IMG.
 	kubectl kustomize config/default | sed 's#ghcr.io/subflow-dev/subflow:latest#$(IMG)#' | kubectl apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: ## Remove the controller.
-	kubectl delete -k config/default
+undeploy: ## Delete every SubscriptionFlow while the controller runs (it releases their pods), then the controller and the CRD.
+	hack/release-flows.sh
+	kubectl delete -k config/default --ignore-not-found
