@@ -399,6 +399,10 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 	}
 	seek := st.Seek
 	switch {
+	case seek.CompletionTime != nil && targetChanged(flow.Spec.Seek, seek.Positions):
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekIDReused,
+			fmt.Sprintf("Seek %s already ran (%s); spec.seek now asks for another target under the same id, which does not "+
+				"run again: give the new target a new seek.id", seek.ID, describePositions(seek.Positions)))
 	case seek.CompletionTime != nil && seek.Message == "":
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionTrue, subflowv1.ReasonSeekSucceeded,
 			fmt.Sprintf("Seek %s executed by %s: %s", seek.ID, seek.Executor, describePositions(seek.Positions)))
@@ -413,6 +417,28 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
 			fmt.Sprintf("Seek %s pending on %s", seek.ID, seek.Executor))
 	}
+}
+
+// targetChanged reports whether spec asks for other indexes than the seek that ran under its
+// id (a seek dropped and added back with the same id and a new index; admission refuses a
+// change in place).
+func targetChanged(spec *subflowv1.SeekSpec, ran []subflowv1.SeekPosition) bool {
+	if len(ran) == 0 {
+		return false // a failed seek resolved nothing to compare with
+	}
+	want := map[int32]int64{}
+	if spec.Index != nil {
+		want[-1] = *spec.Index
+	}
+	for _, p := range spec.Partitions {
+		want[p.Partition] = p.Index
+	}
+	for _, p := range ran {
+		if index, ok := want[p.Partition]; !ok || index != p.Index {
+			return true
+		}
+	}
+	return len(want) != len(ran)
 }
 
 func describePositions(positions []subflowv1.SeekPosition) string {

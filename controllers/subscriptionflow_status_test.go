@@ -170,6 +170,33 @@ func TestComputeStatusSeek(t *testing.T) {
 	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekPending")
 }
 
+// The seek s1 ran to index 42; the spec then names s1 with index 43 (dropped and added back,
+// which admission cannot compare): the condition says it does not run again and what to do,
+// and no agent is asked to execute it.
+func TestSeekIDReusedWithAnotherTargetIsReportedNotRun(t *testing.T) {
+	index, other := int64(42), int64(43)
+	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
+	done := agentAnswer(protocol.Paused)
+	done.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekSucceeded,
+		Positions: []protocol.SeekPosition{{Partition: -1, Index: 42, MessageID: "7:3:-1:-1"}}}
+	obs := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
+		Outcomes: []podOutcome{{Pod: "a", Status: done}}, Now: time.Now()}
+	flow.Status = computeStatus(flow, obs)
+	assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
+
+	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "s1", Index: &other}
+	st := computeStatus(flow, obs)
+	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekIDReused")
+	if c := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionSeekCompleted); !strings.Contains(c.Message, "give the new target a new seek.id") {
+		t.Fatalf("message %q", c.Message)
+	}
+	if req := desiredRequest(flow, obs.Effective, 2, true); req.Seek.Execute {
+		t.Fatal("the reused id is sent for execution")
+	}
+	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "s1", Index: &index}
+	assertCondition(t, computeStatus(flow, obs), subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
+}
+
 func TestReadyFlowIsCurrentForKstatus(t *testing.T) {
 	flow := &subflowv1.SubscriptionFlow{
 		TypeMeta:   metav1.TypeMeta{APIVersion: subflowv1.GroupVersion.String(), Kind: "SubscriptionFlow"},

@@ -62,6 +62,9 @@ const (
 	ReasonSeekPending = "SeekPending"
 	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error.
 	ReasonSeekFailed = "SeekFailed"
+	// ReasonSeekIDReused (SeekCompleted=False): spec.seek names the id of a seek that already
+	// ran with another target; it does not run again.
+	ReasonSeekIDReused = "SeekIDReused"
 	// ReasonRetentionDeletesBacklog (BacklogAtRisk=True): a TTL or an evicting quota will delete
 	// waiting messages soon; the message says which and when.
 	ReasonRetentionDeletesBacklog = "RetentionDeletesBacklog"

@@ -115,6 +115,7 @@ type SubscriptionFlowSpec struct {
 // [A, B) on a partition the message with the index is the next delivered; below A means the
 // earliest message, at or above B means the latest.
 // +kubebuilder:validation:XValidation:rule="has(self.index) != has(self.partitions)",message="set exactly one of seek.index (non-partitioned topic) or seek.partitions"
+// +kubebuilder:validation:XValidation:rule="self.id != oldSelf.id || self == oldSelf",message="seek.id already names a seek to another target: a seek runs once per id, so give the new target a new seek.id"
 type SeekSpec struct {
 	// id makes the seek one-shot: it runs once per id; a new id asks for a new seek.
 	// +required

@@ -210,3 +210,38 @@ func TestAPIServerAcceptsSamples(t *testing.T) {
 		})
 	}
 }
+
+// A seek id names one target: changing the index (or the partitions) under the same id is
+// refused with a message that says what to do, and the stored seek stays as it was; a new id
+// with a new target, and dropping the seek, are accepted.
+func TestAPIServerRefusesANewTargetUnderTheSameSeekID(t *testing.T) {
+	ctx := context.Background()
+	flow := validFlow("seek-once")
+	if err := k8s.Create(ctx, flow); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, flow) })
+	patch := func(p string) error {
+		return k8s.Patch(ctx, flow.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(p)))
+	}
+	err := patch(`{"spec":{"seek":{"id":"replay-1","index":5}}}`)
+	if err == nil || !strings.Contains(err.Error(), "seek.id already names a seek to another target") {
+		t.Fatalf("same id, another index: %v", err)
+	}
+	got := &subflowv1.SubscriptionFlow{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(flow), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Seek.ID != "replay-1" || *got.Spec.Seek.Index != 120034 {
+		t.Fatalf("the refused patch changed the seek: %+v", got.Spec.Seek)
+	}
+	if err := patch(`{"spec":{"seek":{"id":"replay-1","index":120034}}}`); err != nil {
+		t.Fatalf("the same seek again: %v", err)
+	}
+	if err := patch(`{"spec":{"seek":{"id":"replay-2","index":5}}}`); err != nil {
+		t.Fatalf("a new id with a new index: %v", err)
+	}
+	if err := patch(`{"spec":{"seek":null}}`); err != nil {
+		t.Fatalf("dropping the seek: %v", err)
+	}
+}
