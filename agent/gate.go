@@ -65,7 +65,9 @@ type gate struct {
 	takers int
 	held   []heldMessage
 	fetch  *zeroQueueFetch // the zero-queue Receive in flight, at most one
-	skips  map[int32]skipFilter
+	// skips is the filter of the last seek into a batch entry (skip.go); read lock-free by
+	// every take, replaced whole.
+	skips atomic.Pointer[skipSet]
 
 	closed bool // Close or Unsubscribe ended the consumer for good
 
@@ -93,12 +95,6 @@ type gate struct {
 type heldMessage struct {
 	cm pulsar.ConsumerMessage
 	at time.Time
-}
-
-// skipFilter drops the messages before a seek target inside its batch entry.
-type skipFilter struct {
-	ledger, entry int64
-	batch         int32 // messages with a lower batch index are acked and skipped
 }
 
 // newSource makes the client's MessageChannel for a new subscribe, plugged unless the gate
@@ -173,7 +169,7 @@ func (c *Consumer) unplugLocked() {
 		return
 	}
 	for range cap(c.src) {
-		if cm := <-c.src; cm.Message != nil && !c.dropPlugged {
+		if cm := <-c.src; cm.Message != nil && !c.dropPlugged && !c.skipBeforeTarget(cm) {
 			c.holdLocked(cm, false)
 		}
 	}
@@ -188,14 +184,13 @@ func (c *Consumer) heldCountLocked() int { return len(c.held) + c.pluggedReal }
 // application: it lies before a seek target inside the target's batch entry (acked), or it
 // is the broker's second copy of a message the gate held and already handed over.
 func (c *Consumer) dropOnArrivalLocked(cm pulsar.ConsumerMessage) bool {
-	if len(c.skips) == 0 && c.handed.empty() {
+	if c.skipBeforeTarget(cm) {
+		return true
+	}
+	if c.handed.empty() {
 		return false
 	}
 	id := cm.Message.ID()
-	if c.skipLocked(id) {
-		_ = c.inner.AckID(id)
-		return true
-	}
 	dup := c.handed.seenAgain(id)
 	if dup {
 		c.metrics.duplicatesDropped.Inc()
@@ -263,7 +258,7 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 }
 
 // takeFast is the take without c.mu, for the common case: the gate open, nothing held, no
-// seek filter or redelivery filter to apply. It announces itself in fastTakers, then re-checks
+// redelivery filter to apply (it applies the seek filter itself). It announces itself in fastTakers, then re-checks
 // fast; closeGateLocked clears fast, then waits for fastTakers to reach zero (sequentially
 // consistent atomics: either the closer sees the taker, or the taker sees fast cleared). ok is
 // false when the slow path must decide.
@@ -278,14 +273,17 @@ func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok 
 	}
 	// Written before fast was set and not again until every fast taker has left.
 	src, closing := c.fastSrc, c.fastClosing
-	select {
-	case cm = <-src:
-	case <-closing:
-		return cm, false, nil
-	case <-ctx.Done():
-		return cm, false, ctx.Err()
+	for taken := false; !taken; {
+		select {
+		case cm = <-src:
+		case <-closing:
+			return cm, false, nil
+		case <-ctx.Done():
+			return cm, false, ctx.Err()
+		}
+		c.noteChunked(cm)
+		taken = !c.skipBeforeTarget(cm) // a skipped message is acked and gone: take again
 	}
-	c.noteChunked(cm)
 	if c.fast.Load() {
 		cm.Consumer = c
 		return cm, true, nil
@@ -305,11 +303,11 @@ func (c *Consumer) leaveFast() {
 }
 
 // syncFastLocked allows the fast take exactly when it is safe: the gate open, nothing held,
-// no filter. While the gate is open this can only become true (held, skips and the filter only
-// shrink); it becomes false in closeGateLocked, which then waits for fast takers.
+// no redelivery filter (the seek filter is the fast take's own). While the gate is open this can
+// only become true (held and the filter only shrink); it becomes false in closeGateLocked, which then waits for fast takers.
 func (c *Consumer) syncFastLocked() {
 	want := c.phase == gateOpen && !c.zeroQueue && c.src != nil && len(c.held) == 0 &&
-		len(c.skips) == 0 && c.handed.empty()
+		c.handed.empty()
 	switch {
 	case want && !c.fast.Load():
 		c.fastSrc, c.fastClosing = c.src, make(chan struct{})
@@ -453,28 +451,12 @@ func (c *Consumer) DropHeld(before time.Time) int {
 	defer c.mu.Unlock()
 	n := c.dropHeldLocked(before)
 	c.handed.forget() // the cursor moved: copies from the broker are no longer duplicates
+	c.setSkips(nil)   // and the messages of an earlier seek target's entry are wanted again
 	c.syncFastLocked()
 	if n > 0 {
 		c.log.Info("Held messages dropped", "dropped", n)
 	}
 	return n
-}
-
-// skipLocked reports whether id lies before a seek target inside the target's batch entry.
-func (c *Consumer) skipLocked(id pulsar.MessageID) bool {
-	if len(c.skips) == 0 {
-		return false
-	}
-	f, ok := c.skips[id.PartitionIdx()]
-	if !ok {
-		return false
-	}
-	if id.LedgerID() == f.ledger && id.EntryID() == f.entry && id.BatchIdx() < f.batch {
-		return true
-	}
-	// The target was reached: later messages of the partition pass.
-	delete(c.skips, id.PartitionIdx())
-	return false
 }
 
 // signalLocked wakes every goroutine waiting on the gate so that it re-checks.

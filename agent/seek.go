@@ -151,7 +151,8 @@ func (s seekStep) seekPosition() protocol.SeekPosition {
 
 // resetPartitions resets cursors through the admin API. A connected consumer is closed first
 // and subscribes again afterwards, so that no message read from the old position is handed
-// over; messages before the target inside its batch entry are acked and skipped by the gate.
+// over; messages before the target inside its batch entry are acked and skipped by the gate
+// every time the broker sends that entry, until the cursor moves again (skip.go).
 func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 	if err := c.lock(ctx); err != nil {
 		return err
@@ -163,7 +164,7 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 	c.closeGate()
 	c.closeInner()
 	var errs []error
-	skips := map[int32]skipFilter{}
+	skips := skipSet{}
 	for _, step := range plan {
 		if step.res.empty {
 			continue
@@ -177,7 +178,7 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 		}
 	}
 	c.mu.Lock()
-	c.skips = skips
+	c.setSkips(skips)
 	c.dropHeldLocked(time.Time{})
 	c.mu.Unlock()
 	return errors.Join(append(errs, c.reconcile())...)

@@ -290,7 +290,7 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 	c.mu.Unlock()
 	if err = seek(inner); err == nil {
 		c.mu.Lock()
-		c.skips = nil // filters of an earlier seek no longer apply
+		c.setSkips(nil) // filters of an earlier seek no longer apply
 		dropped := c.dropHeldLocked(time.Time{})
 		c.dropNacksLocked()
 		c.handed.forget()

@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// The seek filter.
+//
+// A seek by index to a message inside a batch entry resets the cursor to the entry: the broker
+// has no position between the messages of an entry (a reset's batch index is kept only where
+// the broker deletes at batch-index level, off by default), so it sends the whole entry, and
+// sends it again whenever the entry is still unacknowledged and the consumer reconnects, nacks
+// one of its messages, or is stopped and run again. The messages before the target are never
+// the application's: the gate acknowledges them (so that the entry can be acknowledged once the
+// application has acknowledged the rest) and drops them, every time they come.
+//
+// So the filter outlives the target's arrival: it lasts until the cursor moves again (another
+// seek by this consumer, or DropHeld after a seek another consumer ran) or the consumer closes.
+// The cost is one atomic load per message; a filter matches only messages of the target's
+// entry, so it never drops anything the seek did not mean to skip. A cursor reset made outside
+// subflow back past that entry would still see those few messages skipped, as the client's own
+// Seek would skip (and acknowledge) everything up to its target after every reconnect.
+
+// skipFilter drops the messages before a seek target inside its batch entry.
+type skipFilter struct {
+	ledger, entry int64
+	batch         int32 // messages with a lower batch index are acked and skipped
+}
+
+// skipSet holds one filter per partition (0 for a non-partitioned topic, as the client numbers
+// it). Never changed once published: setSkips replaces it.
+type skipSet map[int32]skipFilter
+
+// setSkips publishes the filters of a seek; an empty set removes the filter.
+func (c *Consumer) setSkips(s skipSet) {
+	if len(s) == 0 {
+		c.skips.Store(nil)
+		return
+	}
+	c.skips.Store(&s)
+}
+
+// skipBeforeTarget reports whether cm lies before a seek target inside the target's batch
+// entry, and then acknowledges it through the consumer that received it. Lock-free: every
+// take calls it.
+func (c *Consumer) skipBeforeTarget(cm pulsar.ConsumerMessage) bool {
+	s := c.skips.Load()
+	if s == nil || cm.Message == nil {
+		return false
+	}
+	id := cm.Message.ID()
+	f, ok := (*s)[id.PartitionIdx()]
+	if !ok || id.LedgerID() != f.ledger || id.EntryID() != f.entry || id.BatchIdx() >= f.batch {
+		return false
+	}
+	if cm.Consumer != nil {
+		_ = cm.Consumer.AckID(id)
+	}
+	return true
+}
