@@ -246,6 +246,7 @@ func (w *world) awaitSeek(ctx context.Context, name, id string, bound time.Durat
 // re-subscribe after a reconnect; after a stop, none at all. A FLOW sent after its
 // subscription's CLOSE_CONSUMER is left out: the broker ignores it.
 func (w *world) checkFlows(rep *Report) {
+	chunkPermits := map[pausedSpan]uint32{}
 	for _, g := range w.groups {
 		for _, topic := range g.topics {
 			for _, f := range w.wire.Flows(wirerec.Filter{Topic: w.root + topic, Subscription: g.subscription}) {
@@ -258,6 +259,10 @@ func (w *world) checkFlows(rep *Report) {
 					continue
 				}
 				rep.FlowsWhileGated++
+				if g.chunked && iv.state == protocol.Paused {
+					chunkPermits[pausedSpan{f.Consumer.Name, iv}] += f.Permits // checked against the bound below
+					continue
+				}
 				if w.flowAllowed(g, iv, tc, f.Time, f.Permits) {
 					continue
 				}
@@ -266,9 +271,37 @@ func (w *world) checkFlows(rep *Report) {
 			}
 		}
 	}
+	for span, permits := range chunkPermits {
+		if bound := chunkedPauseBound(span.iv, w.cfg.Converge); permits > bound {
+			w.violateAt("flow-permits", fmt.Sprintf("%d FLOW permits from %s while paused from %s for %s: more than the chunked bound %d",
+				permits, span.consumer, span.iv.from.Format(time.RFC3339Nano), span.iv.to.Sub(span.iv.from).Round(time.Millisecond), bound), span.iv.from)
+		}
+	}
 	if err := w.wire.Check(); err != nil {
 		w.violate("wire", err.Error())
 	}
+}
+
+// pausedSpan is one consumer's paused interval.
+type pausedSpan struct {
+	consumer string
+	iv       interval
+}
+
+// chunkedPauseBound is the README's bound on the FLOW permits a consumer of chunked messages
+// sends while paused for the interval: per session (the one in place at the pause, and each
+// renewal every half expiry) (Q + P)·(K − 1), plus each renewal's initial grant Q; Q the
+// receiver queue, K the chunks of the largest message, P the messages partly received when
+// the broker stops (at most one per producer session: two, around a fault). An interval still
+// open at the end counts until the run's convergence bound.
+func chunkedPauseBound(iv interval, open time.Duration) uint32 {
+	const queue, chunks, partial = 4, 3, 2
+	length := open
+	if !iv.to.IsZero() {
+		length = iv.to.Sub(iv.from)
+	}
+	renewals := uint32(2 * length / chunkExpiry)
+	return (1+renewals)*(queue+partial)*(chunks-1) + renewals*queue
 }
 
 // subscribeBound is how long a subscribe may take (the clients' operation timeout): a

@@ -28,13 +28,18 @@
 //   - FLOW permits while paused, read from the wire recorder (internal/wirerec) every agent
 //     process's client goes through: none more than a grace period after the pause took
 //     effect, except the initial grant of a re-subscribe after a reconnect (the stated
-//     bound); and the recorder decoded every frame;
+//     bound), and for the chunked group no more than the chunk bound per paused interval
+//     (chunkedPauseBound); and the recorder decoded every frame;
 //   - no goroutine or heap growth beyond a tolerance between checkpoints.
 //
 // What the checks cannot see: a message whose Receive began while the consumer ran and that
 // returned while a pause was being applied (the hand-over and the pause are not ordered from
 // the outside); a state that lasted less than the monitor's sample period (50 ms) for the
 // FLOW check; FLOWs in the first 1.5 s after a pause took effect (in flight from before it).
+//
+// The groups (world.go) cover the message shapes: batches of several sizes, unbatched and
+// zero-queue topics, chunked messages on a small queue with a short incomplete-chunk expiry,
+// and an application that nacks, reconsumes later (retry-letter topic) and dead-letters.
 //
 // The producers are harness, not the system under test: they are closed around each broker
 // fault (pulsar-client-go v0.19's producer races with itself when it reconnects while

@@ -57,11 +57,21 @@ func newLedger() *ledger {
 
 func payload(topic string, n int64) []byte { return []byte(topic + "|" + strconv.FormatInt(n, 10)) }
 
+// paddedPayload is payload(topic, n) grown to size bytes, for messages the producer chunks.
+func paddedPayload(topic string, n int64, size int) []byte {
+	p := append(payload(topic, n), '|')
+	for len(p) < size {
+		p = append(p, 'x')
+	}
+	return p
+}
+
 func parsePayload(p []byte) (topic string, n int64, ok bool) {
 	topic, num, found := strings.Cut(string(p), "|")
 	if !found {
 		return "", 0, false
 	}
+	num, _, _ = strings.Cut(num, "|") // padding
 	n, err := strconv.ParseInt(num, 10, 64)
 	return topic, n, err == nil
 }

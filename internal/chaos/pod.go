@@ -26,6 +26,29 @@ type group struct {
 	consumer     pulsar.ConsumerOptions // Topic or TopicsPattern, Type, queue size
 	partitions   int                    // of flowTopic; 0 when not partitioned
 	useChan      bool                   // every other pod reads Chan() instead of Receive
+	chunked      bool                   // its topic carries chunked messages
+	app          appPolicy              // what the application does with a message; nil: acknowledge
+}
+
+// appPolicy handles one delivered message: acknowledge it, nack it or reconsume it later.
+type appPolicy func(c *agent.Consumer, msg pulsar.Message)
+
+// nackingApp nacks the first delivery of every eleventh message, reconsumes every thirteenth
+// later through the retry-letter topic, always nacks every twenty-ninth (which the client then
+// dead-letters after three deliveries) and acknowledges the rest.
+func nackingApp(c *agent.Consumer, msg pulsar.Message) {
+	_, n, _ := parsePayload(msg.Payload())
+	first := msg.RedeliveryCount() == 0 && msg.Properties()["RECONSUMETIMES"] == ""
+	switch {
+	case n%29 == 0:
+		c.Nack(msg)
+	case n%11 == 0 && first:
+		c.Nack(msg)
+	case n%13 == 0 && first:
+		c.ReconsumeLater(msg, 500*time.Millisecond)
+	default:
+		_ = c.Ack(msg)
+	}
 }
 
 // grant is the FLOW permits a (re)subscribe asks for: the receiver queue, or one for zero-queue.
@@ -173,7 +196,11 @@ func (tc *trackedConsumer) application(ctx context.Context, env processEnv, useC
 			tc.checkStrictPause(env, before, msg)
 		}
 		env.ledger.deliver(tc.group.subscription, msg)
-		_ = tc.c.Ack(msg)
+		if tc.group.app != nil {
+			tc.group.app(tc.c, msg)
+		} else {
+			_ = tc.c.Ack(msg)
+		}
 	}
 }
 

@@ -43,6 +43,24 @@ func TestPayloadRoundTrip(t *testing.T) {
 	if _, _, ok := parsePayload([]byte("no separator")); ok {
 		t.Fatal("a foreign payload must not parse")
 	}
+	padded := paddedPayload("chaos-c", 42, 2560)
+	if topic, n, ok := parsePayload(padded); len(padded) != 2560 || !ok || topic != "chaos-c" || n != 42 {
+		t.Fatalf("padded: %d bytes, got %q %d %v", len(padded), topic, n, ok)
+	}
+}
+
+// The chunked bound grows with the pause: one session, plus one per half expiry, each with
+// (Q+P)(K-1) chunk permits and a renewal's initial grant.
+func TestChunkedPauseBound(t *testing.T) {
+	from := time.Now()
+	short := chunkedPauseBound(interval{from: from, to: from.Add(chunkExpiry / 4)}, time.Minute)
+	long := chunkedPauseBound(interval{from: from, to: from.Add(5 * chunkExpiry)}, time.Minute)
+	if short != (4+2)*2 || long != 11*(4+2)*2+10*4 {
+		t.Fatalf("bound %d for a short pause, %d for five expiries", short, long)
+	}
+	if open := chunkedPauseBound(interval{from: from}, 5*chunkExpiry); open != long {
+		t.Fatalf("an open interval counts until the convergence bound: %d, want %d", open, long)
+	}
 }
 
 func TestSubscriptionOfResetPath(t *testing.T) {

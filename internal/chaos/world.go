@@ -62,11 +62,25 @@ func newGroups(topicRoot string) []*group {
 			consumer: pulsar.ConsumerOptions{TopicsPattern: topicRoot + "chaos-r-.*", Type: pulsar.Shared, ReceiverQueueSize: queue}},
 		{name: "zeroqueue", subscription: "zeroqueue", flowTopic: topicRoot + "chaos-z", topics: []string{"chaos-z"},
 			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-z", Type: pulsar.Shared, EnableZeroQueueConsumer: true}},
+		// Chunked messages (every third is three chunks) from interleaving producer sessions, a
+		// small queue and an expiry short enough that pauses outlast it many times.
+		{name: "chunked", subscription: "chunked", flowTopic: topicRoot + "chaos-c", topics: []string{"chaos-c"}, chunked: true,
+			consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-c", Type: pulsar.Failover, ReceiverQueueSize: 4,
+				ExpireTimeOfIncompleteChunk: chunkExpiry}},
+		// An application that nacks (first deliveries of some messages), retries later through
+		// the retry-letter topic, and dead-letters what it always nacks, on batched messages.
+		{name: "nacking", subscription: "nacking", flowTopic: topicRoot + "chaos-n", topics: []string{"chaos-n", "chaos-n-retry"},
+			app: nackingApp, consumer: pulsar.ConsumerOptions{Topic: topicRoot + "chaos-n", Type: pulsar.Shared, ReceiverQueueSize: 20,
+				NackRedeliveryDelay: 300 * time.Millisecond, RetryEnable: true,
+				DLQ: &pulsar.DLQPolicy{MaxDeliveries: 3, RetryLetterTopic: topicRoot + "chaos-n-retry", DeadLetterTopic: topicRoot + "chaos-n-dlq"}}},
 	}
 }
 
+// chunkExpiry is the chunked group's ExpireTimeOfIncompleteChunk.
+const chunkExpiry = 2 * time.Second
+
 // producedTopics are the topics the producer writes, with the partitioned one first created.
-var producedTopics = []string{"chaos-a", "chaos-p", "chaos-r-0", "chaos-r-1", "chaos-z"}
+var producedTopics = []string{"chaos-a", "chaos-p", "chaos-r-0", "chaos-r-1", "chaos-z", "chaos-c", "chaos-n"}
 
 // world is everything the run drives.
 type world struct {
@@ -386,6 +400,9 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 			}
 		}
 		msg := &pulsar.ProducerMessage{Payload: payload(topic, i), Key: fmt.Sprintf("k%d", i%16)}
+		if topic == "chaos-c" && i%3 == 0 {
+			msg.Payload = paddedPayload(topic, i, 2*chunkSize+chunkSize/2) // three chunks
+		}
 		for w.producers.send(ctx, w.broker.serviceURL(), topic, msg) != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -432,15 +449,29 @@ func (ps *producers) producer(serviceURL, topic string) (pulsar.Producer, error)
 		}
 		ps.client, ps.byName = c, map[string]pulsar.Producer{}
 	}
-	// Batching on the topics without a zero-queue consumer: seeks then land inside batches.
-	p, err := ps.client.CreateProducer(pulsar.ProducerOptions{Topic: ps.root + topic,
-		DisableBatching: topic != "chaos-a" && topic != "chaos-p", BatchingMaxPublishDelay: 5 * time.Millisecond,
-		SendTimeout: 5 * time.Second})
+	p, err := ps.client.CreateProducer(producerOptions(ps.root, topic))
 	if err != nil {
 		return nil, err
 	}
 	ps.byName[topic] = p
 	return p, nil
+}
+
+// chunkSize is the chunked topic's producer chunk size.
+const chunkSize = 1024
+
+// producerOptions batch on some topics, with batches of different sizes, so that seeks land
+// inside batches and nacks hit batched messages; chaos-c is chunked.
+func producerOptions(root, topic string) pulsar.ProducerOptions {
+	opts := pulsar.ProducerOptions{Topic: root + topic, DisableBatching: true, SendTimeout: 5 * time.Second}
+	switch topic {
+	case "chaos-a", "chaos-p", "chaos-n":
+		opts.DisableBatching, opts.BatchingMaxPublishDelay = false, 5*time.Millisecond
+		opts.BatchingMaxMessages = map[string]uint{"chaos-a": 7, "chaos-p": 1000, "chaos-n": 3}[topic]
+	case "chaos-c":
+		opts.EnableChunking, opts.ChunkMaxMessageSize = true, chunkSize
+	}
+	return opts
 }
 
 // aroundFault closes every producer while no send is in flight, applies the fault and lets the
