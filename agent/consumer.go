@@ -34,8 +34,14 @@ type Consumer struct {
 	metrics   consumerMetrics
 
 	// transitions serialises state changes, seeks, subscribes and Close; a channel so that
-	// callers holding a context can stop waiting.
+	// callers holding a context can stop waiting. A seek by index does not hold it while the
+	// admin API resets cursors (seek.go), so Close and state changes never wait for a broker.
 	transitions chan struct{}
+	// seeks serialises seeks among themselves (and with Unsubscribe), for their whole length.
+	seeks chan struct{}
+	// life ends when the consumer closes for good; a seek under way gives up then.
+	life    context.Context
+	endLife context.CancelFunc
 	// Wishes, guarded by transitions.
 	localPaused, localStopped bool
 	remote                    protocol.State
@@ -73,8 +79,10 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		zeroQueue:   opts.EnableZeroQueueConsumer,
 		remote:      protocol.Running,
 		transitions: make(chan struct{}, 1),
+		seeks:       make(chan struct{}, 1),
 		out:         make(chan pulsar.ConsumerMessage),
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.chunked.Store(declaresChunks(opts))
 	c.takersGo = sync.NewCond(&c.mu)
 	c.changed = make(chan struct{})
@@ -114,6 +122,18 @@ func (c *Consumer) lock(ctx context.Context) error {
 
 func (c *Consumer) unlock() { <-c.transitions }
 
+// lockSeeks takes the seek lock unless ctx ends first.
+func (c *Consumer) lockSeeks(ctx context.Context) error {
+	select {
+	case c.seeks <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Consumer) unlockSeeks() { <-c.seeks }
+
 // current returns the underlying consumer, or an error when there is none. It reads without
 // c.mu: acks go through it once per message.
 func (c *Consumer) current() (pulsar.Consumer, error) {
@@ -151,6 +171,7 @@ func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.Consume
 func (c *Consumer) endLocked() {
 	c.closed = true
 	c.ended.Store(true)
+	c.endLife()
 }
 
 // Status reports the observed state of the consumer.
@@ -198,6 +219,10 @@ func (c *Consumer) UnsubscribeForce() error {
 }
 
 func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
+	// A seek under way has the consumer unsubscribed for a while; deleting the subscription
+	// waits for it rather than fail.
+	_ = c.lockSeeks(context.Background())
+	defer c.unlockSeeks()
 	if err := c.lock(context.Background()); err != nil {
 		return err
 	}

@@ -70,6 +70,10 @@ type gate struct {
 	skips atomic.Pointer[skipSet]
 
 	closed bool // Close or Unsubscribe ended the consumer for good
+	// seeking: a seek by index has the consumer unsubscribed while it resets cursors (seek.go);
+	// seekWant is the state wished for meanwhile, which the consumer reports and returns to.
+	seeking  bool
+	seekWant protocol.State
 
 	// The fast take (takeFast) reads these without c.mu; see syncFastLocked.
 	fast        atomic.Bool

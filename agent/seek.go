@@ -54,6 +54,8 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 	if c.agent.admin == nil {
 		return nil, ErrNoAdminURL
 	}
+	ctx, stop := c.untilClosed(ctx)
+	defer stop()
 	topic, err := c.singleTopic()
 	if err != nil {
 		return nil, err
@@ -149,11 +151,40 @@ func (s seekStep) seekPosition() protocol.SeekPosition {
 	return p
 }
 
+// untilClosed derives a context that ends when the consumer closes for good, so that a seek
+// under way stops its admin calls then.
+func (c *Consumer) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(ErrConsumerClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
 // resetPartitions resets cursors through the admin API. A connected consumer is closed first
 // and subscribes again afterwards, so that no message read from the old position is handed
 // over; messages before the target inside its batch entry are acked and skipped by the gate
 // every time the broker sends that entry, until the cursor moves again (skip.go).
+//
+// The transition lock is not held while the admin API works (a broker can take long, and the
+// seek's deadline is minutes): Close, Pause, Stop and the others apply meanwhile. The consumer
+// stays unsubscribed with its gate closed until the resets are done (reconcile parks it), and
+// a Close ends the seek: its admin calls are cancelled and it never subscribes again.
 func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
+	if err := c.lockSeeks(ctx); err != nil {
+		return err
+	}
+	defer c.unlockSeeks()
+	if err := c.beginReset(ctx); err != nil {
+		return err
+	}
+	skips, errs := c.resetCursors(ctx, plan)
+	return c.endReset(skips, errs)
+}
+
+// beginReset closes the gate and the underlying consumer, and parks the consumer for the seek.
+func (c *Consumer) beginReset(ctx context.Context) error {
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -161,8 +192,18 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 	if c.isClosed() {
 		return ErrConsumerClosed
 	}
+	want := c.desired()
+	c.mu.Lock()
+	c.seeking, c.seekWant = true, want
+	c.mu.Unlock()
 	c.closeGate()
 	c.closeInner()
+	return nil
+}
+
+// resetCursors resets each partition's cursor; it returns the seek filters of the resets that
+// succeeded and the errors of the others.
+func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (skipSet, []error) {
 	var errs []error
 	skips := skipSet{}
 	for _, step := range plan {
@@ -177,9 +218,24 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
 			skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
 		}
 	}
+	return skips, errs
+}
+
+// endReset unparks the consumer and brings it to the state wished for now. A consumer closed
+// meanwhile stays closed.
+func (c *Consumer) endReset(skips skipSet, errs []error) error {
+	_ = c.lock(context.Background())
+	defer c.unlock()
 	c.mu.Lock()
-	c.setSkips(skips)
-	c.dropHeldLocked(time.Time{})
+	c.seeking = false
+	closed := c.closed
+	if !closed {
+		c.setSkips(skips)
+		c.dropHeldLocked(time.Time{})
+	}
 	c.mu.Unlock()
+	if closed {
+		return errors.Join(append([]error{ErrConsumerClosed}, errs...)...)
+	}
 	return errors.Join(append(errs, c.reconcile())...)
 }

@@ -136,6 +136,9 @@ func (c *Consumer) reconcile() error {
 		return nil
 	}
 	want := c.desired()
+	if c.parkedForSeek(want) {
+		return nil
+	}
 	var err error
 	switch want {
 	case protocol.Running:
@@ -157,6 +160,22 @@ func (c *Consumer) reconcile() error {
 		return fmt.Errorf("agent: subscribe %s/%s for state %s: %w", c.topic, c.opts.SubscriptionName, want, err)
 	}
 	return nil
+}
+
+// parkedForSeek keeps the consumer unsubscribed, its gate closed, while a seek by index resets
+// its cursors, whatever the wishes say; it records the wish, which the consumer reports now and
+// applies when the seek ends (endReset).
+func (c *Consumer) parkedForSeek(want protocol.State) bool {
+	c.mu.Lock()
+	seeking := c.seeking
+	if seeking {
+		c.seekWant = want
+	}
+	c.mu.Unlock()
+	if seeking {
+		c.recordState()
+	}
+	return seeking
 }
 
 func (c *Consumer) isClosed() bool {
@@ -252,7 +271,14 @@ func (c *Consumer) recordState() {
 	c.mu.Lock()
 	actual := protocol.Running
 	switch {
-	case c.closed || c.inner == nil:
+	case c.closed:
+		actual = protocol.Stopped
+	case c.seeking:
+		// Unsubscribed and gated for the seek: what it was asked to be is what it returns to,
+		// and Paused and Stopped already hold (nothing reaches the application, nothing is
+		// connected).
+		actual = c.seekWant
+	case c.inner == nil:
 		actual = protocol.Stopped
 	case c.phase != gateOpen:
 		actual = protocol.Paused
@@ -275,6 +301,10 @@ func (c *Consumer) recordState() {
 // seek made stale and reopens the gate if the consumer should run. Callers see no message
 // from before the seek once it returns.
 func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) error) error {
+	if err := c.lockSeeks(ctx); err != nil {
+		return err
+	}
+	defer c.unlockSeeks()
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
