@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,9 +9,7 @@ import (
 	"unicode"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -36,19 +34,23 @@ func (p *plugin) overrideCommand(verb string, state subflowv1.FlowState) *cobra.
 	var (
 		lasting time.Duration
 		reason  string
+		which   targets
 	)
 	cmd := &cobra.Command{
-		Use:   verb + " NAME [--for DURATION] [--reason TEXT]",
+		Use:   verb + " (NAME | -l SELECTOR [-A]) [--for DURATION] [--reason TEXT]",
 		Short: fmt.Sprintf("Override the flow's state with %s (annotation %s)", state, subflowv1.OverrideStateAnnotation),
 		Long: fmt.Sprintf(`Set the override annotation %s=%s on the SubscriptionFlow.
 
 The override wins over spec.state and maintenance windows. With --for it ends by itself
 (annotation %s = now + DURATION, RFC 3339); without --for it lasts until "kubectl subflow clear".
---reason (annotation %s) is shown by the controller in events and status.`,
+--reason (annotation %s) is shown by the controller in events and status.
+With -l it acts on every flow whose labels match, in the namespace or with -A in all of them;
+if any of them refuses the change (RBAC, admission), none is changed.`,
 			subflowv1.OverrideStateAnnotation, state, subflowv1.OverrideUntilAnnotation, subflowv1.OverrideReasonAnnotation),
-		Example: fmt.Sprintf("  kubectl subflow %s orders-ingest --for 30m --reason INC-4711 -n shop", verb),
+		Example: fmt.Sprintf("  kubectl subflow %s orders-ingest --for 30m --reason INC-4711 -n shop\n"+
+			"  kubectl subflow %s -l db=orders -A --for 30m --reason INC-4711", verb, verb),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := oneName(args)
+			name, err := which.check(args)
 			if err != nil {
 				return err
 			}
@@ -63,30 +65,32 @@ The override wins over spec.state and maintenance windows. With --for it ends by
 			if err := checkReason(reason); err != nil {
 				return err
 			}
-			return p.setOverride(cmd, name, state, until, reason)
+			return p.setOverride(cmd.Context(), which, name, state, until, reason)
 		},
 	}
 	cmd.Flags().DurationVar(&lasting, "for", 0, "end the override after this long, e.g. 30m or 2h (default: until cleared)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, e.g. an incident id; shown in the flow's events and status")
+	which.addFlags(cmd)
 	return cmd
 }
 
 func (p *plugin) clearCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "clear NAME",
+	var which targets
+	cmd := &cobra.Command{
+		Use:   "clear (NAME | -l SELECTOR [-A])",
 		Short: "Remove the override so that spec.state and maintenance windows decide again",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := oneName(args)
+			name, err := which.check(args)
 			if err != nil {
 				return err
 			}
-			if _, err := p.patchAnnotations(cmd, name, overrideAnnotations("", nil, "")); err != nil {
-				return err
-			}
-			fmt.Fprintf(p.stdout, "%s/%s override cleared: spec.state and maintenance windows decide\n", resourceName, name)
-			return nil
+			return p.changeOverride(cmd.Context(), which, name, overrideAnnotations("", nil, ""), func(types.NamespacedName) string {
+				return "override cleared: spec.state and maintenance windows decide"
+			})
 		},
 	}
+	which.addFlags(cmd)
+	return cmd
 }
 
 // overrideEnd is now + lasting, whole seconds, in UTC.
@@ -110,22 +114,36 @@ func checkReason(reason string) error {
 	return nil
 }
 
-func (p *plugin) setOverride(cmd *cobra.Command, name string, state subflowv1.FlowState, until *time.Time, reason string) error {
-	namespace, err := p.patchAnnotations(cmd, name, overrideAnnotations(state, until, reason))
+func (p *plugin) setOverride(ctx context.Context, which targets, name string, state subflowv1.FlowState, until *time.Time, reason string) error {
+	return p.changeOverride(ctx, which, name, overrideAnnotations(state, until, reason), func(key types.NamespacedName) string {
+		line := pastTense[state]
+		if until != nil {
+			line += " until " + until.Format(time.RFC3339)
+		} else {
+			line += fmt.Sprintf(" until cleared (kubectl subflow clear %s -n %s)", key.Name, key.Namespace)
+		}
+		if reason != "" {
+			line += fmt.Sprintf(" (reason: %s)", reason)
+		}
+		return line
+	})
+}
+
+// changeOverride patches the override annotations of the targeted flows and prints one line
+// for each flow changed.
+func (p *plugin) changeOverride(ctx context.Context, which targets, name string, annotations map[string]any,
+	describe func(types.NamespacedName) string) error {
+	c, namespace, err := p.connect()
 	if err != nil {
 		return err
 	}
-	line := fmt.Sprintf("%s/%s %s", resourceName, name, pastTense[state])
-	if until != nil {
-		line += " until " + until.Format(time.RFC3339)
-	} else {
-		line += fmt.Sprintf(" until cleared (kubectl subflow clear %s -n %s)", name, namespace)
+	flows, err := which.resolve(ctx, c, namespace, name)
+	if err != nil {
+		return err
 	}
-	if reason != "" {
-		line += fmt.Sprintf(" (reason: %s)", reason)
-	}
-	fmt.Fprintln(p.stdout, line)
-	return nil
+	return patchAnnotations(ctx, c, flows, annotations, func(key types.NamespacedName) {
+		fmt.Fprintf(p.stdout, "%s %s\n", which.flowRef(key), describe(key))
+	})
 }
 
 // overrideAnnotations maps each override annotation to its new value; nil removes it, so that
@@ -148,20 +166,4 @@ func overrideAnnotations(state subflowv1.FlowState, until *time.Time, reason str
 		values[subflowv1.OverrideReasonAnnotation] = reason
 	}
 	return values
-}
-
-// patchAnnotations changes only the given annotations, in one JSON merge patch, so nothing
-// else on the object (spec, other annotations) can be overwritten by a stale copy.
-// It returns the namespace the flow is in.
-func (p *plugin) patchAnnotations(cmd *cobra.Command, name string, annotations map[string]any) (string, error) {
-	c, namespace, err := p.connect()
-	if err != nil {
-		return "", err
-	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return "", err
-	}
-	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-	return namespace, c.Patch(cmd.Context(), flow, client.RawPatch(types.MergePatchType, body))
 }

@@ -143,6 +143,8 @@ func describeSeek(flow *subflowv1.SubscriptionFlow, now time.Time) string {
 		}
 	case cond.Reason == subflowv1.ReasonSeekPending:
 		text += "Pending"
+	case cond.Reason == subflowv1.ReasonSeekIDReused:
+		text += "Not run (SeekIDReused): " + oneLine(cond.Message)
 	default:
 		text += fmt.Sprintf("Failed (%s): %s", cond.Reason, oneLine(cond.Message))
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -34,19 +35,22 @@ func (p *plugin) waitCommand() *cobra.Command {
 	var (
 		target  string
 		timeout time.Duration
+		which   targets
 	)
 	cmd := &cobra.Command{
-		Use:   "wait NAME --for paused|stopped|running [--timeout 60s]",
+		Use:   "wait (NAME | -l SELECTOR [-A]) --for paused|stopped|running [--timeout 60s]",
 		Short: "Wait until the controller reports the flow paused (or stopped) or running",
 		Long: `Wait until the flow's status reports the target:
   paused   the Paused condition is True: every matched consumer is paused or stopped
   stopped  as paused, with the effective state Stopped
   running  the effective state is Running and Ready is True
 The status must describe the current generation, and while an override is in force the
-effective state must be the override's. Exits 1 when --timeout passes first.`,
+effective state must be the override's. With -l it waits for every flow whose labels match
+(in the namespace, or with -A in all) and at the timeout names those that are not there yet.
+Exits 1 when --timeout passes first.`,
 		Example: "  kubectl subflow pause orders-ingest --for 30m && kubectl subflow wait orders-ingest --for paused",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := oneName(args)
+			name, err := which.check(args)
 			if err != nil {
 				return err
 			}
@@ -57,12 +61,52 @@ effective state must be the override's. Exits 1 when --timeout passes first.`,
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout must be a positive duration such as 60s, got %s", timeout)
 			}
+			if which.selector != "" {
+				return p.waitForAll(cmd.Context(), which, strings.ToLower(target), goal, timeout)
+			}
 			return p.waitFor(cmd.Context(), name, strings.ToLower(target), goal, timeout)
 		},
 	}
 	cmd.Flags().StringVar(&target, "for", "", "paused, stopped or running")
 	cmd.Flags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	which.addFlags(cmd)
 	return cmd
+}
+
+// waitForAll polls the flows -l selects until every one meets the goal; at the timeout it
+// names those that do not, with why.
+func (p *plugin) waitForAll(ctx context.Context, which targets, target string, goal waitGoal, timeout time.Duration) error {
+	c, namespace, err := p.connect()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var behind []string
+	count := 0
+	err = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		flows, err := which.list(ctx, c, namespace)
+		if err != nil {
+			return false, err
+		}
+		behind, count = nil, len(flows)
+		for i := range flows {
+			if done, why := goal(&flows[i], p.now()); !done {
+				key := types.NamespacedName{Namespace: flows[i].Namespace, Name: flows[i].Name}
+				behind = append(behind, fmt.Sprintf("%s: %s", which.flowRef(key), why))
+			}
+		}
+		return len(behind) == 0, nil
+	})
+	switch {
+	case wait.Interrupted(err) || ctx.Err() != nil:
+		return fmt.Errorf("timed out after %s waiting for %d flows to be %s; %d are not:\n  %s", timeout, count, target,
+			len(behind), strings.Join(behind, "\n  "))
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(p.stdout, "%d flows condition met: %s\n", count, target)
+	return nil
 }
 
 // waitFor watches the one flow (list + watch, re-listing if the watch breaks) until the goal
