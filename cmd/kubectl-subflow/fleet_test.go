@@ -89,7 +89,7 @@ func TestFleetSwitchBadInputChangesNothing(t *testing.T) {
 		want string
 	}{
 		{[]string{"pause", "-l", "db in (", "-A"}, `-l "db in (" is not a label selector`},
-		{[]string{"pause", "orders", "-l", "db=orders,fleet="+prefix, "-n", a}, "give NAME or -l SELECTOR, not both"},
+		{[]string{"pause", "orders", "-l", "db=orders,fleet=" + prefix, "-n", a}, "give NAME or -l SELECTOR, not both"},
 		{[]string{"stop", "-A"}, "-A needs -l SELECTOR"},
 		{[]string{"resume", "-l", "db=nothing", "-A"}, "no SubscriptionFlow in any namespace matches -l db=nothing: nothing changed"},
 		{[]string{"wait", "-l", "db=nothing", "-n", a, "--for", "paused"}, "no SubscriptionFlow in namespace " + a + " matches -l db=nothing"},
@@ -129,7 +129,9 @@ func TestFleetSwitchRBACRefusalChangesNone(t *testing.T) {
 		return result{stdout.String(), stderr.String(), code}
 	}
 	// RBAC takes effect asynchronously in the API server's authorizer cache.
-	eventually(t, "the viewer may patch in "+a, 10*time.Second, func() bool { return asViewer("pause", "-l", "db=orders,fleet="+prefix, "-n", a, "--for", "1m").code == 0 })
+	eventually(t, "the viewer may patch in "+a, 10*time.Second, func() bool {
+		return asViewer("pause", "-l", "db=orders,fleet="+prefix, "-n", a, "--for", "1m").code == 0
+	})
 	mustSucceed(t, "clear", "-l", "db=orders,fleet="+prefix, "-n", a)
 
 	r := asViewer("pause", "-l", "db=orders,fleet="+prefix, "-A")
