@@ -153,7 +153,8 @@ func (r *SubscriptionFlowReconciler) flowConcernsPod(flow *subflowv1.Subscriptio
 }
 
 // podChangesAgentReach lets through only pod updates that can change which agents a flow
-// reaches or whether an agent restarted: labels, IP, phase, ports, deletion, container restarts.
+// reaches or whether an agent restarted: labels, IP, phase, deletion, container restarts (a
+// pod's container ports cannot change once it is created).
 var podChangesAgentReach = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		oldPod, okOld := e.ObjectOld.(*corev1.Pod)

@@ -11,7 +11,7 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// Maintenance-window schedules are wall-clock times in the window's time zone (DESIGN section 4):
+// Maintenance-window schedules are wall-clock times in the window's time zone (docs/design.md section 3):
 //   - a start that does not exist (spring forward) opens at the end of the gap;
 //   - a start that exists twice (fall back) opens once, at its first occurrence;
 //   - duration is elapsed time.

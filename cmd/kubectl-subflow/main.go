@@ -1,8 +1,9 @@
 // Command kubectl-subflow is the `kubectl subflow` plugin: one command for each move an on-call
-// engineer makes on a SubscriptionFlow (pause, resume, stop, clear, seek, status, wait, list).
+// engineer makes on a SubscriptionFlow (pause, resume, stop, clear, seek, status, wait, list,
+// release), for one flow or, with -l, for every flow a label selector picks.
 //
-// Install it with `go install github.com/subflow-dev/subflow/cmd/kubectl-subflow@latest`; kubectl
-// finds any kubectl-* binary on PATH. It takes kubectl's connection flags (--kubeconfig,
+// Install it from a checkout with `go install ./cmd/kubectl-subflow` (the module is not
+// published); kubectl finds any kubectl-* binary on PATH. It takes kubectl's connection flags (--kubeconfig,
 // --context, -n/--namespace, ...) and prints errors the way kubectl does.
 package main
 

@@ -1,5 +1,5 @@
 // Command benchreport runs the repository's benchmarks in one go and writes BENCHMARKS.md:
-// machine details, every benchmark's figures per package, and DESIGN.md section 6's targets
+// machine details, every benchmark's figures per package, and docs/design.md section 6's targets
 // marked met, missed or not measured.
 //
 //	go run ./hack/benchreport                      # every package with benchmarks

@@ -68,7 +68,7 @@ func writeMachine(w io.Writer, m Machine) {
 }
 
 func writeTargets(w io.Writer, verdicts []Verdict) {
-	fmt.Fprintf(w, "## Targets (DESIGN.md section 6)\n\n")
+	fmt.Fprintf(w, "## Targets (docs/design.md section 6)\n\n")
 	fmt.Fprintf(w, "| Target | Benchmark | Measured | Target figure | Status |\n|---|---|---|---|---|\n")
 	for _, v := range verdicts {
 		measured, bench := "-", "-"

@@ -6,11 +6,11 @@ import (
 	"regexp"
 )
 
-// Target maps one DESIGN.md section 6 target to a figure a benchmark reports. Edit the table
+// Target maps one docs/design.md section 6 target to a figure a benchmark reports. Edit the table
 // below when a benchmark or a unit is renamed; a target whose benchmark did not run is shown
 // as "not measured" rather than failing the report.
 type Target struct {
-	Text      string  // the target as DESIGN.md states it
+	Text      string  // the target as docs/design.md section 6 states it
 	Benchmark string  // regexp on the benchmark name, sub-benchmarks included, without -GOMAXPROCS
 	Unit      string  // unit as reported: "ns/op", or a b.ReportMetric unit such as "p99-ms"
 	Over      string  // optional regexp of a second benchmark: the figure is Benchmark/Over in Unit
@@ -18,7 +18,7 @@ type Target struct {
 	Threshold float64 // in Unit
 }
 
-// probeBound is DESIGN.md's limit on admin API probes to resolve one seek index.
+// probeBound is docs/design.md's limit (section 6) on admin API probes to resolve one seek index.
 func probeBound(entries float64) float64 { return 2*math.Log2(entries) + 8 }
 
 var targets = []Target{

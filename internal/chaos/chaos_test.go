@@ -70,7 +70,7 @@ func seedFromEnv(tb testing.TB) uint64 {
 	return seed
 }
 
-// BenchmarkLongRun is the long run DESIGN section 6 sets the reliability goal on (1000
+// BenchmarkLongRun is the long run docs/design.md section 6 sets the reliability goal on (1000
 // operations, 100k messages, 10 minutes; seed 1 unless CHAOS_SEED), for make bench to record,
 // on the in-process test cluster. It runs once whatever b.N asks: the figures are the run's,
 // not per operation. Violations are reported as a figure (the report marks the target missed)
