@@ -79,13 +79,7 @@ func (a *adminClient) partitionBacklog(ctx context.Context, topic, subscription 
 		return unknownBacklog(topic, now, err.Error())
 	}
 	var stats struct {
-		Subscriptions map[string]struct {
-			MsgBacklog  int64 `json:"msgBacklog"`
-			BacklogSize int64 `json:"backlogSize"`
-			// The entry timestamp (the broker's when it stamps entries, else the publish time)
-			// of the first unacknowledged entry: what message TTL compares; -1 when empty.
-			EarliestMsgPublishTimeInBacklog int64 `json:"earliestMsgPublishTimeInBacklog"`
-		} `json:"subscriptions"`
+		Subscriptions map[string]subscriptionStats `json:"subscriptions"`
 	}
 	if _, err := a.call(ctx, http.MethodGet, base+"/stats?getEarliestTimeInBacklog=true", nil, &stats); err != nil {
 		return unknownBacklog(topic, now, unknownReason("topic stats", err))
@@ -102,7 +96,68 @@ func (a *adminClient) partitionBacklog(ctx context.Context, topic, subscription 
 		t := time.UnixMilli(ms).UTC()
 		st.OldestPublishTime = &t
 	}
+	st.KeySharedStall = keySharedStall(sub)
 	return st
+}
+
+// subscriptionStats is the part of a subscription's topic stats the backlog report reads.
+type subscriptionStats struct {
+	MsgBacklog  int64 `json:"msgBacklog"`
+	BacklogSize int64 `json:"backlogSize"`
+	// The entry timestamp (the broker's when it stamps entries, else the publish time)
+	// of the first unacknowledged entry: what message TTL compares; -1 when empty.
+	EarliestMsgPublishTimeInBacklog int64  `json:"earliestMsgPublishTimeInBacklog"`
+	Type                            string `json:"type"`
+	// MsgInReplay is the dispatcher's replay queue in entries (redeliveryMessages.size()).
+	MsgInReplay int64           `json:"msgInReplay"`
+	Consumers   []consumerStats `json:"consumers"`
+}
+
+type consumerStats struct {
+	ConsumerName        string `json:"consumerName"`
+	AvailablePermits    int64  `json:"availablePermits"`
+	UnackedMessages     int64  `json:"unackedMessages"`
+	AvgMessagesPerEntry int64  `json:"avgMessagesPerEntry"`
+}
+
+// keySharedStall reports a Key_Shared subscription whose running consumers get nothing because
+// halted ones hold dispatch back (PersistentStickyKeyDispatcherMultipleConsumers: a halted
+// consumer's entries go to the replay queue, and once it holds getEffectiveLookAheadLimit()
+// entries normal reads stop for every consumer). The stats show it as: a consumer without
+// permits, every consumer with permits holding no unacked message, and entries in the backlog
+// that are neither in the replay queue nor unacknowledged, i.e. that nobody was given. When the
+// siblings merely drained their own keys (the backlog is the halted consumers' share) nothing
+// waits and no stall is reported. Units: msgBacklog and msgInReplay count entries, unacked
+// counts messages (avgMessagesPerEntry converts).
+func keySharedStall(sub subscriptionStats) *protocol.KeySharedStall {
+	if sub.Type != "Key_Shared" || sub.MsgInReplay <= 0 || sub.MsgBacklog <= sub.MsgInReplay {
+		return nil
+	}
+	s := &protocol.KeySharedStall{InReplay: sub.MsgInReplay, Waiting: sub.MsgBacklog - sub.MsgInReplay}
+	for _, c := range sub.Consumers {
+		s.Waiting -= ceilDiv(c.UnackedMessages, max(c.AvgMessagesPerEntry, 1))
+		switch {
+		case c.AvailablePermits <= 0:
+			s.Halted, s.HaltedCount = appendBounded(s.Halted, c.ConsumerName), s.HaltedCount+1
+		case c.UnackedMessages > 0:
+			return nil // a running consumer is being served
+		default:
+			s.Starved, s.StarvedCount = appendBounded(s.Starved, c.ConsumerName), s.StarvedCount+1
+		}
+	}
+	if s.HaltedCount == 0 || s.StarvedCount == 0 || s.Waiting <= 0 {
+		return nil
+	}
+	return s
+}
+
+func ceilDiv(a, b int64) int64 { return (max(a, 0) + b - 1) / b }
+
+func appendBounded(names []string, name string) []string {
+	if len(names) >= protocol.MaxStallNames {
+		return names
+	}
+	return append(names, name)
 }
 
 // partitionNames lists the partitions of a partitioned topic, or the topic itself.

@@ -56,6 +56,35 @@ type backlogRisk struct {
 	atRisk  bool   // within the lead time, or a size quota nearly full
 	unknown string // why nothing could be read
 	warning string // what will delete what, and when
+	stall   string // a Key_Shared dispatch stall, for Ready's message and the event
+}
+
+// keySharedStallNote starts the note of a Key_Shared dispatch stall in Ready's message; the
+// event is emitted when a note with it appears.
+const keySharedStallNote = "Key_Shared dispatch stalled"
+
+// stallNote explains a Key_Shared stall the reporter saw on one topic, with the advice.
+func stallNote(b protocol.BacklogStatus) string {
+	s := b.KeySharedStall
+	return fmt.Sprintf("%s on %s: %s take no messages, and the running %s get none while %d entries wait "+
+		"(the broker's replay queue holds %d entries of the halted consumers' keys and stops reading for every "+
+		"consumer at its look-ahead limit); pause every consumer of a Key_Shared subscription together, "+
+		"or set the halted ones to Stopped so that their keys move to the running ones",
+		keySharedStallNote, b.Topic, countedNames(s.Halted, s.HaltedCount, "consumer", "consumers"),
+		countedNames(s.Starved, s.StarvedCount, "consumer", "consumers"), s.Waiting, s.InReplay)
+}
+
+// countedNames lists names, saying how many more the agent left out of its bounded list.
+func countedNames(names []string, total int, one, many string) string {
+	noun := many
+	if total == 1 {
+		noun = one
+	}
+	text := noun + " " + strings.Join(names, ", ")
+	if more := total - len(names); more > 0 {
+		text += fmt.Sprintf(" and %d more", more)
+	}
+	return text
 }
 
 // assessBacklog sums the reporter's figures and predicts the first deletion.
@@ -87,6 +116,9 @@ func assessBacklog(reporter string, entries []protocol.BacklogStatus, now time.T
 		}
 		if note := sizeQuotaNote(b); note != "" {
 			risk.atRisk, risk.warning = true, note
+		}
+		if b.KeySharedStall != nil {
+			risk.stall = strings.TrimPrefix(risk.stall+"; "+stallNote(b), "; ")
 		}
 	}
 	if len(unknown) == len(entries) {

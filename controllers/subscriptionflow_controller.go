@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -521,6 +522,11 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 		}
 	}
 	r.emitBacklogEvents(old, flow)
+	if note, ok := keySharedStall(ready); ok {
+		if _, was := keySharedStall(oldReady); !was {
+			r.event(flow, corev1.EventTypeWarning, "KeySharedStalled", "%s", note)
+		}
+	}
 	if seek := flow.Status.Seek; seek != nil && seek.CompletionTime != nil &&
 		(old.Status.Seek == nil || old.Status.Seek.ID != seek.ID || old.Status.Seek.CompletionTime == nil) {
 		if seek.Message == "" {
@@ -541,6 +547,18 @@ func (r *SubscriptionFlowReconciler) emitBacklogEvents(old, flow *subflowv1.Subs
 	case now != nil && now.Status == metav1.ConditionFalse && was:
 		r.event(flow, corev1.EventTypeNormal, "BacklogSafe", "%s", now.Message)
 	}
+}
+
+// keySharedStall returns the Key_Shared stall note that ends Ready's message, if there is one.
+func keySharedStall(ready *metav1.Condition) (string, bool) {
+	if ready == nil {
+		return "", false
+	}
+	i := strings.Index(ready.Message, keySharedStallNote)
+	if i < 0 {
+		return "", false
+	}
+	return ready.Message[i:], true
 }
 
 // maxEventNote is the API server's limit on an event's note.

@@ -84,6 +84,15 @@ func (obs observation) backlogRisk() *backlogRisk {
 	return nil
 }
 
+// stallNote is the Key_Shared stall the reporter saw, if any; it goes last in Ready's message,
+// where the event takes it from.
+func (r *backlogRisk) stallNote() string {
+	if r == nil {
+		return ""
+	}
+	return r.stall
+}
+
 // agentStates counts every matched pod's agent by observed state, for metrics (the status
 // lists at most maxAgentsListed).
 func (obs observation) agentStates() map[string]int {
@@ -116,7 +125,8 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	st.HeldBy = obs.HeldBy
 	st.Seek = seekStatus(flow, obs)
 	ready, reason, message := readiness(flow.Spec, obs, st)
-	for _, note := range append(slices.Clone(obs.Effective.Notes), rotationNote(obs)) {
+	risk := obs.backlogRisk()
+	for _, note := range append(slices.Clone(obs.Effective.Notes), rotationNote(obs), risk.stallNote()) {
 		if note != "" {
 			message += "; " + note
 		}
@@ -137,7 +147,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	paused, pausedReason, pausedMessage := pausedCondition(obs, st)
 	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
 	setSeekCondition(&st, flow, obs)
-	setBacklogCondition(&st, obs.backlogRisk(), obs.Effective.State, obs.BacklogLeadTime)
+	setBacklogCondition(&st, risk, obs.Effective.State, obs.BacklogLeadTime)
 	return st
 }
 

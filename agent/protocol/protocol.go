@@ -147,6 +147,29 @@ type BacklogStatus struct {
 	// policies, which Pulsar shows to tenant admins only) while the backlog figures could;
 	// MessageTTLSeconds and Quotas are then empty and say nothing.
 	RetentionUnknown string `json:"retentionUnknown,omitempty"`
+	// KeySharedStall, when set, says that on this Key_Shared subscription consumers that take
+	// no messages (paused ones) hold back dispatch to their running siblings: the broker's
+	// replay queue holds their keys' entries and, once it reaches the look-ahead limit, the
+	// broker stops reading for everyone while messages wait.
+	KeySharedStall *KeySharedStall `json:"keySharedStall,omitempty"`
+}
+
+// MaxStallNames bounds each consumer list of a KeySharedStall; the counts stay exact.
+const MaxStallNames = 10
+
+// KeySharedStall is what the topic stats show of a Key_Shared dispatch stall.
+type KeySharedStall struct {
+	// Halted are consumers with no permits (availablePermits <= 0): paused, or not receiving.
+	Halted      []string `json:"halted"`
+	HaltedCount int      `json:"haltedCount"`
+	// Starved are consumers with permits and no unacknowledged message: they could take
+	// messages and get none.
+	Starved      []string `json:"starved"`
+	StarvedCount int      `json:"starvedCount"`
+	// InReplay is the broker's replay queue (msgInReplay, entries); Waiting the entries in
+	// the backlog that are neither in it nor unacknowledged by a consumer (never dispatched).
+	InReplay int64 `json:"inReplay"`
+	Waiting  int64 `json:"waiting"`
 }
 
 // BacklogQuota is one effective backlog quota of a topic.

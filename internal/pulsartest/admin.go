@@ -468,6 +468,7 @@ type consumerStatsJSON struct {
 	AvailablePermits             int64  `json:"availablePermits"`
 	UnackedMessages              int64  `json:"unackedMessages"`
 	MsgOutCounter                int64  `json:"msgOutCounter"`
+	AvgMessagesPerEntry          int64  `json:"avgMessagesPerEntry"`
 	BlockedConsumerOnUnackedMsgs bool   `json:"blockedConsumerOnUnackedMsgs"`
 	Address                      string `json:"address"`
 }
@@ -480,6 +481,7 @@ type subscriptionStatsJSON struct {
 	TotalMsgExpired                 int64               `json:"totalMsgExpired"`
 	LastExpireTimestamp             int64               `json:"lastExpireTimestamp"`
 	UnackedMessages                 int64               `json:"unackedMessages"`
+	MsgInReplay                     int64               `json:"msgInReplay"`
 	Type                            string              `json:"type"`
 	ActiveConsumerName              string              `json:"activeConsumerName,omitempty"`
 	IsDurable                       bool                `json:"isDurable"`
@@ -537,6 +539,7 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 			ss.Type, ss.IsDurable = subTypeName(s.kind), s.durable
 			ss.MsgOutCounter += s.dispatched
 			ss.MsgBacklog += s.backlog()
+			ss.MsgInReplay += int64(len(s.replay)) // redeliveryMessages.size(), entries
 			ss.BacklogSize += t.sizeFrom(s.markDelete)
 			ss.TotalMsgExpired += s.expired
 			ss.LastExpireTimestamp = max(ss.LastExpireTimestamp, s.lastExpire)
@@ -559,7 +562,7 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 				ss.UnackedMessages += unacked
 				ss.Consumers = append(ss.Consumers, consumerStatsJSON{
 					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: unacked,
-					MsgOutCounter: c.dispatched, Address: c.conn.nc.RemoteAddr().String(), BlockedConsumerOnUnackedMsgs: c.blocked,
+					MsgOutCounter: c.dispatched, AvgMessagesPerEntry: 1, Address: c.conn.nc.RemoteAddr().String(), BlockedConsumerOnUnackedMsgs: c.blocked,
 				})
 			}
 			if ss.Consumers == nil {

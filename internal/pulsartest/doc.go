@@ -50,7 +50,10 @@
 //     queue holds getEffectiveLookAheadLimit() = min(2000 x consumers, 20000)
 //     entries, when normal reads stop for every consumer; a key still unacked
 //     on another consumer is draining (PIP-379 DrainingHashesTracker) and
-//     waits; a key waiting in replay holds back its newer entries.
+//     waits; a key waiting in replay holds back its newer entries. Stats
+//     show the replay queue as msgInReplay (entries); avgMessagesPerEntry
+//     is always 1 here, where the broker keeps a moving average of the
+//     messages per entry it dispatched to the consumer.
 //   - Unacked limits (MaxUnackedPerConsumer 50000, MaxUnackedPerSubscription
 //     200000), Shared and Key_Shared only: Consumer.addAndGetUnAckedMsgs
 //     blocks a consumer at the limit and unblocks it at half; FLOW permits
