@@ -368,6 +368,11 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.SeekStatus {
 	seek := flow.Spec.Seek
 	if seek == nil {
+		// The last seek that ran stays recorded, so that adding it back with its id and another
+		// target is recognised (SeekIDReused) instead of run again; a pending one is withdrawn.
+		if old := flow.Status.Seek; old != nil && old.CompletionTime != nil {
+			return old.DeepCopy()
+		}
 		return nil
 	}
 	if old := flow.Status.Seek; old != nil && old.ID == seek.ID && old.CompletionTime != nil {

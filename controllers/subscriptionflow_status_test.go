@@ -170,9 +170,9 @@ func TestComputeStatusSeek(t *testing.T) {
 	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekPending")
 }
 
-// The seek s1 ran to index 42; the spec then names s1 with index 43 (dropped and added back,
-// which admission cannot compare): the condition says it does not run again and what to do,
-// and no agent is asked to execute it.
+// The seek s1 ran to index 42; the spec drops it, and later names s1 with index 43 (which
+// admission cannot compare): the condition says it does not run again and what to do, and no
+// agent is asked to execute it.
 func TestSeekIDReusedWithAnotherTargetIsReportedNotRun(t *testing.T) {
 	index, other := int64(42), int64(43)
 	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
@@ -184,6 +184,12 @@ func TestSeekIDReusedWithAnotherTargetIsReportedNotRun(t *testing.T) {
 	flow.Status = computeStatus(flow, obs)
 	assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
 
+	// Removed, reconciled, then added back with the old id and a new target.
+	flow.Spec.Seek = nil
+	flow.Status = computeStatus(flow, obs)
+	if flow.Status.Seek == nil || flow.Status.Seek.ID != "s1" {
+		t.Fatalf("the last seek is not kept once the spec drops it: %+v", flow.Status.Seek)
+	}
 	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "s1", Index: &other}
 	st := computeStatus(flow, obs)
 	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekIDReused")
