@@ -1,5 +1,5 @@
 // Package agent is the library linked into consumer applications. It wraps pulsar-client-go
-// consumers in a gate that can pause, resume, stop and seek them (DESIGN.md section 3).
+// consumers in a gate that can pause, resume, stop and seek them (docs/design.md section 3).
 //
 // The gate owns the client's MessageChannel (of the client's default size). pulsar-client-go
 // returns flow permits to the broker only when its dispatcher pushes a message into that

@@ -20,12 +20,12 @@ var (
 	ErrSeekUnsupported = errors.New("agent: seek by index needs a consumer of exactly one topic")
 	// ErrNoAdminURL is returned by SeekByIndex when the agent has no admin URL.
 	ErrNoAdminURL = errors.New("agent: seek by index needs Options.AdminURL")
-	// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
-	// resolved; nothing was moved.
 	// ErrNegativeChunkExpiry is returned by Subscribe for a negative
 	// ExpireTimeOfIncompleteChunk: pulsar-client-go would discard and acknowledge every chunked
 	// message before its last chunk arrived.
-	ErrNegativeChunkExpiry   = errors.New("agent: ConsumerOptions.ExpireTimeOfIncompleteChunk is negative: pulsar-client-go would acknowledge every incomplete chunked message at once")
+	ErrNegativeChunkExpiry = errors.New("agent: ConsumerOptions.ExpireTimeOfIncompleteChunk is negative: pulsar-client-go would acknowledge every incomplete chunked message at once")
+	// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
+	// resolved; nothing was moved.
 	ErrIndexMetadataDisabled = errors.New("agent: broker exposes no entry index: enable brokerEntryMetadataInterceptors=org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor and exposingBrokerEntryMetadataToClientEnabled=true")
 )
 

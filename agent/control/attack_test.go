@@ -243,7 +243,7 @@ func TestAuthenticatedPushesGetThroughSlowClients(t *testing.T) {
 }
 
 // BenchmarkPushUnderSlowClients: authenticated push latency (a new connection each) with 500
-// slow connections open against the agent. DESIGN target: p99 <= 1 s. The pushes are paced
+// slow connections open against the agent. Target (docs/design.md section 6): p99 <= 1 s. The pushes are paced
 // 10 ms apart so that a run spans several of the slow clients' one-second cycles (run it with
 // -benchtime=1000x or more); ns/op is then the pace, p50-ms and p99-ms are the latencies.
 func BenchmarkPushUnderSlowClients(b *testing.B) {

@@ -1,5 +1,5 @@
 // Package control is the agent's HTTP control server: the controller pushes flow rules to it
-// (DESIGN.md section 4) and it applies them to the agent's consumers, reporting what they did.
+// (docs/design.md section 4) and it applies them to the agent's consumers, reporting what they did.
 package control
 
 import (

@@ -310,7 +310,7 @@ func TestRuleAppliesToConsumerSubscribedLater(t *testing.T) {
 		t.Fatalf("paused late consumer delivered %q", msg.Payload())
 	}
 	// pulsar-client-go v0.19 grants the receiver queue on every subscribe; that grant is the
-	// only one while paused (DESIGN.md section 3, known limit).
+	// only one while paused (docs/design.md section 3.5, a stated bound).
 	if flows := b.Flows("late", "sub"); len(flows) > 1 || (len(flows) == 1 && flows[0].Permits > 1000) {
 		t.Errorf("paused late consumer sent more than the initial grant: %+v", flows)
 	}

@@ -1,5 +1,5 @@
 // Package protocol holds the JSON messages exchanged between the subflow controller and the
-// agents linked into consumer pods (DESIGN.md section 4). It has no dependencies so that both
+// agents linked into consumer pods (docs/design.md section 4). It has no dependencies so that both
 // sides, and applications, can import it cheaply.
 package protocol
 
