@@ -270,7 +270,9 @@ func (rs *rules) heldBy(r *rule, consumers []*agent.Consumer) []protocol.RuleRef
 			out = append(out, protocol.RuleRef{Namespace: namespace, Name: name, UID: other.UID, State: other.State})
 		}
 	}
-	slices.SortFunc(out, func(a, b protocol.RuleRef) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	slices.SortFunc(out, func(a, b protocol.RuleRef) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
 	if len(out) > protocol.MaxHeldBy {
 		out = out[:protocol.MaxHeldBy]
 	}
