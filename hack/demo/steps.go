@@ -28,7 +28,8 @@ func (d *demo) flowKey() client.ObjectKey {
 
 func (d *demo) createFlow(ctx context.Context) error {
 	flow := &subflowv1.SubscriptionFlow{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: flowName},
+		// Labelled as the README's example, whose fleet switch selects db=orders.
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: flowName, Labels: map[string]string{"db": "orders"}},
 		Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "orders-worker"}},
 			Subscription: subscription, Topic: d.w.topic, State: subflowv1.StateRunning},
 	}
