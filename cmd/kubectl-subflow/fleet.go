@@ -15,6 +15,9 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
+// errNoMatch is a selector that matches no flow.
+var errNoMatch = errors.New("no SubscriptionFlow")
+
 // targets names the flows a command acts on: one NAME, or every flow whose labels match -l,
 // in the namespace or, with -A, in every namespace (the fleet switch).
 type targets struct {
@@ -74,7 +77,7 @@ func (t *targets) list(ctx context.Context, c client.Client, namespace string) (
 		return nil, err
 	}
 	if len(list.Items) == 0 {
-		return nil, fmt.Errorf("no SubscriptionFlow in %s matches -l %s", where, t.selector)
+		return nil, fmt.Errorf("%w in %s matches -l %s", errNoMatch, where, t.selector)
 	}
 	sort.Slice(list.Items, func(i, j int) bool {
 		a, b := list.Items[i], list.Items[j]

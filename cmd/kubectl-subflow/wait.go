@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -86,8 +87,11 @@ func (p *plugin) waitForAll(ctx context.Context, which targets, target string, g
 	count := 0
 	err = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		flows, err := which.list(ctx, c, namespace)
-		if err != nil {
-			return false, err
+		var status apierrors.APIStatus
+		if errors.As(err, &status) || errors.Is(err, errNoMatch) {
+			return false, err // the server's answer, or nothing to wait for: say it now
+		} else if err != nil {
+			return false, nil // a call cut short by the deadline, or a network error: poll on
 		}
 		behind, count = nil, len(flows)
 		for i := range flows {
