@@ -239,8 +239,14 @@ func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
 	return nil
 }
 
-// GetLastMessageIDs returns the last message id of every subscribed topic.
+// GetLastMessageIDs returns the last message id of every subscribed topic. It holds the
+// transition lock for the round trip: pulsar-client-go (v0.19 to v0.21) never answers the call
+// on a consumer closed while it waits, and a chunk renewal, a seek or Stop closes it.
 func (c *Consumer) GetLastMessageIDs() ([]pulsar.TopicMessageID, error) {
+	if err := c.lock(context.Background()); err != nil {
+		return nil, err
+	}
+	defer c.unlock()
 	inner, err := c.current()
 	if err != nil {
 		return nil, err
