@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -29,13 +27,7 @@ func kubectlSubflow(t *testing.T) func(args ...string) (string, error) {
 		t.Fatalf("building the plugin: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: restConfig.Host, CertificateAuthorityData: restConfig.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restConfig.CertData, ClientKeyData: restConfig.KeyData,
-		Token: restConfig.BearerToken}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
-	cfg.CurrentContext = "test"
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+	if err := testenv.WriteKubeconfig(kubeconfig, restConfig); err != nil {
 		t.Fatal(err)
 	}
 	return func(args ...string) (string, error) {

@@ -126,13 +126,21 @@ func namespace(t testing.TB, withToken bool) string {
 // startPod runs a simulated pod consuming topic/sub and registers its Pod object.
 func startPod(t *testing.T, ns, name, topic, token string) *podsim.Pod {
 	t.Helper()
-	p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: broker.ServiceURL(), AdminURL: broker.AdminURL(),
-		Token: token, Topic: topic, Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 10})
+	return startPodWith(t, ns, podsim.Options{Name: name, Token: token, Topic: topic})
+}
+
+// startPodWith is startPod with more options; it fills in the test broker and the suite's
+// Shared subscription "ingest" with a queue of 10.
+func startPodWith(t *testing.T, ns string, opts podsim.Options) *podsim.Pod {
+	t.Helper()
+	opts.ServiceURL, opts.AdminURL = broker.ServiceURL(), broker.AdminURL()
+	opts.Subscription, opts.Type, opts.ReceiverQueueSize = "ingest", pulsar.Shared, 10
+	p, err := podsim.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	createPod(t, ns, name, p.Port)
+	createPod(t, ns, opts.Name, p.Port)
 	return p
 }
 

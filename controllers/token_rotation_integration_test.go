@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/pulsar-client-go/pulsar"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,13 +32,7 @@ func startRotatingPod(t *testing.T, ns, name, topic string, delay time.Duration)
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "token")
 	writeToken(t, file, testToken)
-	p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: broker.ServiceURL(), AdminURL: broker.AdminURL(),
-		TokenFile: file, Topic: topic, Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	createPod(t, ns, name, p.Port)
+	p := startPodWith(t, ns, podsim.Options{Name: name, TokenFile: file, Topic: topic})
 	return rotatingPod{Pod: p, file: file, delay: delay}
 }
 

@@ -23,8 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -82,12 +80,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	c := &cluster{t: t, cfg: cfg, k8s: k8s, broker: broker, path: path, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
 	c.finalizeNamespaces()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	kc.CurrentContext = "envtest"
-	if err := clientcmd.WriteToFile(*kc, c.kubeconfig); err != nil {
+	if err := testenv.WriteKubeconfig(c.kubeconfig, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -54,4 +56,16 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 		return nil, nil, fmt.Errorf("starting envtest control plane from %s: %w", assets, err)
 	}
 	return env, cfg, nil
+}
+
+// WriteKubeconfig writes a kubeconfig at path whose current context reaches cfg's API server
+// as cfg's user, for kubectl and the plugin run as separate processes.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
+		Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	return clientcmd.WriteToFile(*kc, path)
 }
