@@ -22,7 +22,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 

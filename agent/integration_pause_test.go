@@ -11,7 +11,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 

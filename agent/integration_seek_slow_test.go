@@ -18,7 +18,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 

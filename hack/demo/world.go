@@ -34,7 +34,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 	"github.com/subflow-dev/subflow/internal/wirerec"

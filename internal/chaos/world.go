@@ -22,7 +22,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 	"github.com/subflow-dev/subflow/internal/wirerec"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/subflow-dev/subflow/internal/wirerec"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 func init() {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/subflow-dev/subflow/internal/wirerec"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 // Differential fidelity: every scenario below runs on this package's broker

@@ -3,7 +3,7 @@ package pulsartest
 import (
 	"sync"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 // dispatchRoundRobinBatch is dispatcherMaxRoundRobinBatchSize.

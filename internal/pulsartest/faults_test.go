@@ -15,7 +15,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 func TestReconnectAfterEachFaultLosesNothing(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 // Each test here states one "real broker behaviour" of a 4.x broker and

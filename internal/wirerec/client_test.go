@@ -14,7 +14,7 @@ import (
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 // The recorder sees the same FLOW commands, in the same order, as the broker

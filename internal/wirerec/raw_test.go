@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 func subscribeFrame(t testing.TB, id uint64) []byte {

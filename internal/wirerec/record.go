@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
 
 // Direction says which peer sent a frame.

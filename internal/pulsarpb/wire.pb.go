@@ -1,4 +1,5 @@
-// The subset of the Pulsar binary protocol that the test broker speaks.
+// The subset of the Pulsar binary protocol that the test broker, the wire recorder and the
+// sidecar parse.
 // Field numbers and enum values follow the protocol definition; names, package
 // and file name differ from the client's own PulsarApi.proto on purpose: the
 // client registers that file in the global protobuf registry and a second
@@ -3763,7 +3764,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x13ConsumerAssignError\x10\x13\x12\"\n" +
 	"\x1eTransactionCoordinatorNotFound\x10\x14\x12\x14\n" +
 	"\x10InvalidTxnStatus\x10\x15\x12\x13\n" +
-	"\x0fNotAllowedError\x10\x16B=Z;github.com/subflow-dev/subflow/internal/pulsartest/pulsarpb"
+	"\x0fNotAllowedError\x10\x16B2Z0github.com/subflow-dev/subflow/internal/pulsarpb"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
