@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	var metricsAddr, probeAddr, agentCAFile, agentServerName string
+	var metricsAddr, probeAddr, pprofAddr, agentCAFile, agentServerName string
 	var leaderElect, metricsSecure bool
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates and "+
@@ -30,6 +30,7 @@ func main() {
 		"(container port named subflow-https); empty means the system roots.")
 	flag.StringVar(&agentServerName, "agent-tls-server-name", "", "Name expected in agents' certificates; empty means the pod IP.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address net/http/pprof binds to, for profiling; 0 (default) disables it.")
 	var resync, pushTimeout, backlogLead, rotationGrace time.Duration
 	var parallelism int
 	flag.DurationVar(&resync, "resync", controllers.DefaultResync, "Period of the fallback push to every agent.")
@@ -69,6 +70,7 @@ func main() {
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "subflow-controller.subflow.dev",
 		// Token Secrets are read one by one: caching would need list/watch on every Secret.
