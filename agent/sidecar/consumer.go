@@ -1,0 +1,459 @@
+package sidecar
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+)
+
+// The frame gate of one consumer, in one place.
+//
+// The consumer is what the client subscribed on one connection under one consumer id. Its
+// desired state (Running, Paused, Stopped) is set by SetState; the broker side of it moves
+// through these states, changed only in this file and only under Consumer.mu:
+//
+//	absent      no consumer on the broker: before the first SUBSCRIBE, after a close
+//	subscribing a SUBSCRIBE is on its way: the client's, or the sidecar's own on Running
+//	subscribed  the broker has the consumer; it dispatches against the permits it was given
+//	closing     the sidecar's own CLOSE_CONSUMER is on its way (Stopped)
+//
+// Credits: clientCredit is what the client believes the broker may still send (its FLOW
+// permits minus the messages it was handed); brokerCredit is what the sidecar granted the
+// broker-side consumer minus what it delivered. While Running and nothing is held they are
+// equal, and FLOW frames pass unchanged. Invariants:
+//
+//   - a FLOW reaches the broker only while the desired state is Running; SetState takes
+//     Consumer.mu, under which every FLOW is forwarded, so once SetState(Paused or Stopped)
+//     has returned no FLOW follows, and its PING barrier proves the broker received the
+//     last one before;
+//   - a MESSAGE reaches the client only while Running; others are held in order and handed
+//     over first on Running, under the same lock as new ones, so order is kept;
+//   - back to Running, the broker is granted what the client is owed:
+//     clientCredit - held - brokerCredit (the FLOWs withheld, and after a re-subscribe all of
+//     the client's credit, as a new broker-side consumer starts with none).
+type Consumer struct {
+	conn                            *conn
+	id                              uint64
+	topic, subscription, name, kind string
+
+	transitions chan struct{} // capacity one: SetState calls run one at a time
+
+	mu                         sync.Mutex
+	sub                        *pb.CommandSubscribe // the client's last SUBSCRIBE, replayed after Stopped
+	desired, observed          protocol.State
+	generation                 int64
+	since                      time.Time
+	side                       side
+	sideChanged                chan struct{} // closed and replaced whenever side changes
+	clientResubscribes         bool          // the broker closed the consumer: the client subscribes again itself
+	clientCredit, brokerCredit int64
+	held                       []heldMessage
+	heldCount                  int64
+	receivedWhilePaused        int64
+	delivered                  int64 // messages handed to the client
+	ended                      bool
+}
+
+type side int
+
+const (
+	absent side = iota
+	subscribing
+	subscribed
+	closing
+)
+
+type heldMessage struct {
+	raw []byte
+	n   int64 // messages in the entry
+	at  time.Time
+}
+
+func newConsumer(c *conn, sub *pb.CommandSubscribe) *Consumer {
+	return &Consumer{conn: c, id: sub.GetConsumerId(), topic: sub.GetTopic(), subscription: sub.GetSubscription(),
+		name: sub.GetConsumerName(), kind: sub.GetSubType().String(), transitions: make(chan struct{}, 1),
+		desired: protocol.Running, observed: protocol.Running, since: time.Now(), sideChanged: make(chan struct{})}
+}
+
+// Topic is the topic (or partition) the consumer subscribed to.
+func (c *Consumer) Topic() string { return c.topic }
+
+// Subscription is the subscription name.
+func (c *Consumer) Subscription() string { return c.subscription }
+
+// Name is the consumer name the client gave (or generated).
+func (c *Consumer) Name() string { return c.name }
+
+// SubType is Exclusive, Shared, Failover or Key_Shared.
+func (c *Consumer) SubType() string { return c.kind }
+
+// SetState brings the consumer to state, with the generation rules of agent.Consumer.SetState:
+// a lower generation, or the same one with another state, is refused with
+// *agent.StaleGenerationError. It returns once the state holds:
+//
+//   - Paused: no FLOW for this consumer reaches the broker from now on, and the broker has
+//     received every FLOW sent before (a PING answered); messages it still sends are held;
+//   - Stopped: the broker has closed its consumer (membership and unacknowledged messages
+//     released to siblings); held messages are dropped, the broker delivers them again;
+//   - Running: held messages are handed to the client, in order, then the broker is granted
+//     the permits the client is owed; after Stopped, the client's SUBSCRIBE is sent again.
+//
+// A consumer whose connection ended returns agent.ErrConsumerClosed.
+func (c *Consumer) SetState(ctx context.Context, state protocol.State, generation int64) error {
+	if !state.Valid() {
+		return &invalidStateError{state: state}
+	}
+	select {
+	case c.transitions <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.transitions }()
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return agent.ErrConsumerClosed
+	}
+	if generation < c.generation || (generation == c.generation && state != c.desired) {
+		c.mu.Unlock()
+		return &agent.StaleGenerationError{Requested: generation, Applied: c.generation, State: state}
+	}
+	c.desired, c.generation = state, generation
+	err := c.driveLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return nil // the connection is failing; the consumer ends with it
+	}
+	if err := c.settle(ctx, state); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.observed != state {
+		c.observed, c.since = state, time.Now()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+type invalidStateError struct{ state protocol.State }
+
+func (e *invalidStateError) Error() string {
+	return "sidecar: invalid state " + string(e.state) + ": want Running, Paused or Stopped"
+}
+
+// settle waits until the broker side matches state; for Paused it also waits for the
+// barrier that proves every earlier FLOW reached the broker.
+func (c *Consumer) settle(ctx context.Context, state protocol.State) error {
+	if err := c.waitSide(ctx, state); err != nil {
+		return err
+	}
+	if state != protocol.Paused {
+		return nil
+	}
+	c.mu.Lock()
+	connected := c.side != absent
+	c.mu.Unlock()
+	if !connected {
+		return nil
+	}
+	return c.conn.barrier(ctx)
+}
+
+func (c *Consumer) waitSide(ctx context.Context, state protocol.State) error {
+	for {
+		c.mu.Lock()
+		done := c.ended || c.sideSettledLocked(state)
+		changed := c.sideChanged
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *Consumer) sideSettledLocked(state protocol.State) bool {
+	if state == protocol.Stopped {
+		return c.side == absent
+	}
+	// Not subscribed yet, or the client subscribes again itself: its SUBSCRIBE will meet
+	// the state set now.
+	return c.side == subscribed || c.sub == nil || c.clientResubscribes
+}
+
+func (c *Consumer) setSideLocked(s side) {
+	if c.side == s {
+		return
+	}
+	c.side = s
+	close(c.sideChanged)
+	c.sideChanged = make(chan struct{})
+	if s != subscribed {
+		c.brokerCredit = 0
+	}
+}
+
+// driveLocked takes the step toward the desired state that the broker side allows now.
+func (c *Consumer) driveLocked() error {
+	switch {
+	case c.desired == protocol.Stopped && c.side == subscribed:
+		return c.closeOnBrokerLocked()
+	case c.desired != protocol.Stopped && c.side == absent && c.sub != nil && !c.clientResubscribes:
+		return c.subscribeAgainLocked()
+	case c.desired == protocol.Running && c.side == subscribed:
+		return c.openLocked()
+	}
+	return nil
+}
+
+// openLocked hands the held messages to the client, then grants the broker what the client
+// is owed.
+func (c *Consumer) openLocked() error {
+	if len(c.held) > 0 {
+		frames := make([][]byte, len(c.held))
+		for i, h := range c.held {
+			frames[i] = h.raw
+		}
+		c.clientCredit -= c.heldCount
+		c.delivered += c.heldCount
+		c.held, c.heldCount = nil, 0
+		if err := c.conn.toClient.write(true, frames...); err != nil {
+			return err
+		}
+	}
+	owed := c.clientCredit - c.brokerCredit
+	if owed <= 0 {
+		return nil
+	}
+	owed = min(owed, math.MaxUint32)
+	c.brokerCredit += owed
+	return c.conn.toBroker.write(true, flowCommand(c.id, uint32(owed)))
+}
+
+// closeOnBrokerLocked closes the broker-side consumer and drops what was held: the broker
+// puts every unacknowledged message of the consumer back for its siblings.
+func (c *Consumer) closeOnBrokerLocked() error {
+	c.dropHeldLocked(time.Time{})
+	c.setSideLocked(closing)
+	req := c.conn.ownRequestID()
+	c.conn.expect(req, func(bool) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.side == closing {
+			c.setSideLocked(absent)
+			_ = c.driveLocked() // Running may have been asked meanwhile
+		}
+		return false
+	})
+	return c.conn.toBroker.write(true, closeConsumerCommand(c.id, req))
+}
+
+// subscribeAgainLocked sends the client's SUBSCRIBE again under the sidecar's request id.
+// When the broker refuses it, the client's consumer is closed, so that the client subscribes
+// again itself and hears the broker's answer.
+func (c *Consumer) subscribeAgainLocked() error {
+	sub := proto.Clone(c.sub).(*pb.CommandSubscribe)
+	req := c.conn.ownRequestID()
+	sub.RequestId = proto.Uint64(req)
+	c.setSideLocked(subscribing)
+	c.conn.expect(req, func(ok bool) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.side != subscribing {
+			return false
+		}
+		if ok {
+			c.setSideLocked(subscribed)
+			_ = c.driveLocked()
+			return false
+		}
+		c.conn.log.Info("Subscribing again was refused; the client's consumer is closed so that it subscribes itself",
+			"topic", c.topic, "subscription", c.subscription, "consumer", c.name)
+		c.clientResubscribes = true
+		c.setSideLocked(absent)
+		_ = c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID()))
+		return false
+	})
+	return c.conn.toBroker.write(true, encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: sub}))
+}
+
+// clientSubscribe forwards the client's SUBSCRIBE: a first one, or a new session after the
+// broker closed the consumer. A new session starts with no credit on either side.
+func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sub = proto.Clone(sub).(*pb.CommandSubscribe)
+	c.clientResubscribes = false
+	if c.side == absent {
+		c.clientCredit = 0
+		c.dropHeldLocked(time.Time{})
+		c.setSideLocked(subscribing)
+	}
+	c.conn.expect(sub.GetRequestId(), func(ok bool) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.side == subscribing {
+			if ok {
+				c.setSideLocked(subscribed)
+				_ = c.driveLocked() // Stopped meanwhile: close it on the broker again
+			} else {
+				c.setSideLocked(absent)
+			}
+		}
+		return true
+	})
+	return c.conn.toBroker.write(true, raw)
+}
+
+// clientFlow counts the client's permits and forwards its FLOW while Running.
+func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clientCredit += int64(permits)
+	if c.desired != protocol.Running || c.side != subscribed {
+		return nil
+	}
+	c.brokerCredit += int64(permits)
+	return c.conn.toBroker.write(true, raw)
+}
+
+// brokerMessage hands a MESSAGE to the client while Running and holds it otherwise. A
+// MESSAGE for a broker-side consumer being closed is dropped: the broker gives it back.
+func (c *Consumer) brokerMessage(raw []byte, n int64, flush bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.side != subscribed {
+		return nil
+	}
+	c.brokerCredit -= n
+	if c.desired == protocol.Running {
+		c.clientCredit -= n
+		c.delivered += n
+		return c.conn.toClient.write(flush, raw)
+	}
+	c.held = append(c.held, heldMessage{raw: raw, n: n, at: time.Now()})
+	c.heldCount += n
+	c.receivedWhilePaused += n
+	return nil
+}
+
+// brokerClosed notes a broker-initiated CLOSE_CONSUMER (unload, seek, a sibling's reset),
+// which goes on to the client: it subscribes again itself, on this connection and with this
+// id. What was held returns to the broker with the close.
+func (c *Consumer) brokerClosed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropHeldLocked(time.Time{})
+	c.clientResubscribes = true
+	c.setSideLocked(absent)
+}
+
+// clientClose ends the consumer: its CLOSE_CONSUMER goes to the broker when the broker has
+// the consumer; while Stopped the sidecar answers it.
+func (c *Consumer) clientClose(raw []byte, requestID uint64) error {
+	c.mu.Lock()
+	onBroker := c.side == subscribed || c.side == subscribing
+	c.mu.Unlock()
+	if !onBroker {
+		c.conn.forget(c)
+		return c.conn.toClient.write(true, successCommand(requestID))
+	}
+	c.conn.expect(requestID, func(bool) bool { c.conn.forget(c); return true })
+	return c.conn.toBroker.write(true, raw)
+}
+
+// clientUnsubscribe forwards an UNSUBSCRIBE; the consumer ends when it succeeds.
+func (c *Consumer) clientUnsubscribe(raw []byte, requestID uint64) error {
+	c.conn.expect(requestID, func(ok bool) bool {
+		if ok {
+			c.conn.forget(c)
+		}
+		return true
+	})
+	return c.conn.toBroker.write(true, raw)
+}
+
+// end forgets the consumer: its client closed it or the connection ended.
+func (c *Consumer) end() {
+	c.mu.Lock()
+	if !c.ended {
+		c.ended = true
+		c.dropHeldLocked(time.Time{})
+		c.setSideLocked(absent)
+		close(c.sideChanged) // wake waiters for good
+		c.sideChanged = make(chan struct{})
+	}
+	c.mu.Unlock()
+	c.conn.s.removed(c)
+}
+
+// DropHeld drops the held messages that arrived at or before before (all with the zero
+// time) and returns how many messages they carried. They stay unacknowledged on the broker,
+// which delivers them again: after a seek, from the new cursor. The client is granted their
+// permits again on Running.
+func (c *Consumer) DropHeld(before time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int(c.dropHeldLocked(before))
+}
+
+func (c *Consumer) dropHeldLocked(before time.Time) int64 {
+	var dropped int64
+	kept := c.held[:0]
+	for _, h := range c.held {
+		if before.IsZero() || !h.at.After(before) {
+			dropped += h.n
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(c.held[len(kept):])
+	c.held = kept
+	c.heldCount -= dropped
+	return dropped
+}
+
+// Status reports the consumer as the control API does for agent consumers. Connected means
+// the broker has the consumer.
+func (c *Consumer) Status() protocol.ConsumerStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	state := c.observed
+	if c.ended {
+		state = protocol.Stopped
+	}
+	return protocol.ConsumerStatus{Topic: c.topic, Subscription: c.subscription, Name: c.name, State: state,
+		Since: c.since, HeldMessages: c.heldCount, ReceivedWhilePaused: c.receivedWhilePaused,
+		Connected: c.side == subscribed}
+}
+
+// Counts are a consumer's message and permit figures, as messages (a batch counting its
+// messages).
+type Counts struct {
+	// Delivered is what was handed to the client. What its application can still receive
+	// while paused is what was delivered before the pause and not yet received.
+	Delivered int64
+	// Held is what the broker sent while the consumer was not Running, kept for the client.
+	Held int64
+	// Owed is the permits the client asked for that the broker has not been granted: the
+	// FLOWs withheld while paused or stopped.
+	Owed int64
+}
+
+// Counts returns the consumer's figures now.
+func (c *Consumer) Counts() Counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Counts{Delivered: c.delivered, Held: c.heldCount, Owed: max(0, c.clientCredit-c.heldCount-c.brokerCredit)}
+}

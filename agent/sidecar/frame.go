@@ -1,0 +1,212 @@
+package sidecar
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+)
+
+// DefaultMaxFrameSize is what a broker accepts by default: maxMessageSize (5 MiB) plus the
+// 10 KiB of padding the Java broker's frame decoder allows for the command and metadata
+// (Commands.DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING).
+const DefaultMaxFrameSize = 5<<20 + 10<<10
+
+const (
+	magicChecksum    = 0x0e01
+	magicBrokerEntry = 0x0e02
+
+	// Field numbers read from unknown fields: the generated subset does not declare them, and
+	// the wire recorder reads them the same way.
+	fieldConnectProxyToBrokerURL = 6 // CommandConnect.proxy_to_broker_url
+	fieldCloseAssignedBrokerURL  = 3 // CommandCloseConsumer.assignedBrokerServiceUrl
+	fieldMetadataNumMessages     = 11
+)
+
+// errBadFrame marks input that is not Pulsar framing: the connection is closed.
+var errBadFrame = errors.New("not a Pulsar frame")
+
+// frame is one whole frame as read, length prefix included, with its command type. cmd and
+// payload alias raw.
+type frame struct {
+	raw     []byte
+	typ     pb.BaseCommand_Type
+	cmd     []byte
+	payload []byte
+}
+
+// readFrame reads one frame whose size field (the length after the prefix) is at most max.
+// Every frame gets its own buffer: a held MESSAGE keeps it.
+func readFrame(r *bufio.Reader, max int) (frame, error) {
+	var header [4]byte
+	if _, err := io.ReadFull(r, header[:]); err != nil {
+		return frame{}, err
+	}
+	total := binary.BigEndian.Uint32(header[:])
+	if total < 4 || uint64(total) > uint64(max) {
+		return frame{}, fmt.Errorf("%w: size %d (allowed 4..%d)", errBadFrame, total, max)
+	}
+	raw := make([]byte, 4+int(total))
+	copy(raw, header[:])
+	if _, err := io.ReadFull(r, raw[4:]); err != nil {
+		return frame{}, fmt.Errorf("frame of %d bytes cut short: %w", total, err)
+	}
+	return parseFrame(raw)
+}
+
+func parseFrame(raw []byte) (frame, error) {
+	cmdSize := binary.BigEndian.Uint32(raw[4:])
+	if uint64(cmdSize)+8 > uint64(len(raw)) {
+		return frame{}, fmt.Errorf("%w: command of %d bytes in a frame of %d", errBadFrame, cmdSize, len(raw))
+	}
+	f := frame{raw: raw, cmd: raw[8 : 8+cmdSize], payload: raw[8+cmdSize:]}
+	typ, err := commandType(f.cmd)
+	if err != nil {
+		return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	f.typ = typ
+	return f, nil
+}
+
+// commandType reads BaseCommand.type without decoding the rest, so that frames the sidecar
+// passes through cost nothing and command types unknown to the generated subset keep their
+// number.
+func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
+	for len(cmd) > 0 {
+		num, typ, n := protowire.ConsumeTag(cmd)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		cmd = cmd[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(cmd)
+			if n < 0 {
+				return 0, protowire.ParseError(n)
+			}
+			return pb.BaseCommand_Type(v), nil
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, cmd); n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		cmd = cmd[n:]
+	}
+	return 0, errors.New("command without a type")
+}
+
+// decodeOptions accept commands that miss required fields: the broker judges them, the
+// sidecar only reads what it needs. Unknown fields are kept, so a command re-encoded after a
+// change keeps every field the client set.
+var (
+	decodeOptions = proto.UnmarshalOptions{AllowPartial: true}
+	encodeOptions = proto.MarshalOptions{AllowPartial: true}
+)
+
+func (f frame) decode() (*pb.BaseCommand, error) {
+	var cmd pb.BaseCommand
+	if err := decodeOptions.Unmarshal(f.cmd, &cmd); err != nil {
+		return nil, fmt.Errorf("%w: %v command: %v", errBadFrame, f.typ, err)
+	}
+	return &cmd, nil
+}
+
+// encodeCommand frames a command without payload.
+func encodeCommand(cmd *pb.BaseCommand) []byte {
+	body, err := encodeOptions.Marshal(cmd)
+	if err != nil {
+		panic(fmt.Sprintf("sidecar: encoding %v: %v", cmd.GetType(), err)) // only our own commands come here
+	}
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, 8+len(body)), uint32(4+len(body)))
+	out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+	return append(out, body...)
+}
+
+func flowCommand(consumerID uint64, permits uint32) []byte {
+	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(),
+		Flow: &pb.CommandFlow{ConsumerId: proto.Uint64(consumerID), MessagePermits: proto.Uint32(permits)}})
+}
+
+func closeConsumerCommand(consumerID, requestID uint64) []byte {
+	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(),
+		CloseConsumer: &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(requestID)}})
+}
+
+func successCommand(requestID uint64) []byte {
+	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(),
+		Success: &pb.CommandSuccess{RequestId: proto.Uint64(requestID)}})
+}
+
+var pingFrame = encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+
+// unknownString reads a length-delimited field from a message's unknown fields.
+func unknownString(m proto.Message, field protowire.Number) string {
+	raw := m.ProtoReflect().GetUnknown()
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return ""
+		}
+		raw = raw[n:]
+		if num == field && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(raw)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
+			return ""
+		}
+		raw = raw[n:]
+	}
+	return ""
+}
+
+// entryMessages reads how many messages a MESSAGE payload carries (num_messages_in_batch;
+// 1 when unbatched), which is what the broker debits from the consumer's permits. It skips
+// the optional broker-entry metadata and checksum sections.
+func entryMessages(payload []byte) (int64, error) {
+	p := payload
+	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
+		size := binary.BigEndian.Uint32(p[2:])
+		if uint64(size)+6 > uint64(len(p)) {
+			return 1, errors.New("broker-entry metadata exceeds the payload")
+		}
+		p = p[6+size:]
+	}
+	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicChecksum {
+		p = p[6:]
+	}
+	if len(p) < 4 {
+		return 1, errors.New("short message metadata")
+	}
+	size := binary.BigEndian.Uint32(p)
+	if uint64(size)+4 > uint64(len(p)) {
+		return 1, errors.New("message metadata exceeds the payload")
+	}
+	meta := p[4 : 4+size]
+	for len(meta) > 0 {
+		num, typ, n := protowire.ConsumeTag(meta)
+		if n < 0 {
+			return 1, protowire.ParseError(n)
+		}
+		meta = meta[n:]
+		if num == fieldMetadataNumMessages && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(meta)
+			if n < 0 {
+				return 1, protowire.ParseError(n)
+			}
+			return int64(int32(v)), nil
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, meta); n < 0 {
+			return 1, protowire.ParseError(n)
+		}
+		meta = meta[n:]
+	}
+	return 1, nil
+}

@@ -1,0 +1,61 @@
+package sidecar
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
+)
+
+// A producer and a consumer whose service URL is the sidecar work as against the broker:
+// lookups keep them on the sidecar, batches pass unchanged, and every connection the clients
+// open for the topic reaches the broker through it.
+func TestProducerAndConsumerThroughTheSidecar(t *testing.T) {
+	w := newWorld(t)
+	topic := uniqueTopic(t)
+	client := newClient(t, w.url)
+	cons := subscribe(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Name: "c1"})
+	sent := produce(t, client, topic, "m", 0, 200)
+	got := receiveN(t, cons, len(sent))
+	if m := missing(sent, got); len(m) > 0 {
+		t.Fatalf("missing %d messages, first %s", len(m), m[0])
+	}
+	if n := len(w.rec.Consumers(wirerec.Filter{Topic: topic, Subscription: "s"})); n != 1 {
+		t.Errorf("SUBSCRIBEs on the broker side: %d, want 1", n)
+	}
+	if n := len(w.rec.Events(wirerec.Filter{}, pb.BaseCommand_PRODUCER)); n == 0 {
+		t.Error("no PRODUCER passed the sidecar to the broker")
+	}
+	for _, c := range w.rec.Connections() {
+		if c.ProxiedTo == "" && len(w.rec.Events(wirerec.Filter{Conn: c.ID}, pb.BaseCommand_SUBSCRIBE, pb.BaseCommand_PRODUCER)) > 0 {
+			t.Errorf("connection %d carries a topic without naming its broker: lookups did not route through the sidecar", c.ID)
+		}
+	}
+}
+
+// A partitioned topic: the partitioned-metadata lookup passes, and each partition's consumer
+// subscribes through the sidecar.
+func TestPartitionedTopicThroughTheSidecar(t *testing.T) {
+	w := newWorld(t)
+	topic := uniqueTopic(t)
+	w.createPartitioned(t, topic, 3)
+	client := newClient(t, w.url)
+	cons := subscribe(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Name: "c1"})
+	sent := produce(t, client, topic, "p", 0, 90)
+	got := receiveN(t, cons, len(sent))
+	if m := missing(sent, got); len(m) > 0 {
+		t.Fatalf("missing %d messages, first %s", len(m), m[0])
+	}
+	var topics []string
+	for _, c := range w.sidecar.Consumers() {
+		topics = append(topics, c.Topic())
+	}
+	slices.Sort(topics)
+	want := []string{topic + "-partition-0", topic + "-partition-1", topic + "-partition-2"}
+	if !slices.Equal(topics, want) {
+		t.Errorf("sidecar consumers %v, want %v", topics, want)
+	}
+}

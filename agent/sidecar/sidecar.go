@@ -1,0 +1,286 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// DefaultListenAddr is where applications find the sidecar: Pulsar's default service port on
+// loopback, so that pulsar://localhost:6650 reaches it.
+const DefaultListenAddr = "127.0.0.1:6650"
+
+// Defaults of Options.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultDialTimeout      = 10 * time.Second
+)
+
+// Options configure a sidecar.
+type Options struct {
+	// BrokerURL is the cluster's service URL, pulsar://host:port: lookups go there, and so does
+	// every connection whose CONNECT names no broker. Required.
+	BrokerURL string
+	// ListenAddr is the data listener; empty means DefaultListenAddr. It must be a loopback
+	// address unless AllowNonLoopback is set: client to sidecar is plaintext.
+	ListenAddr string
+	// AllowNonLoopback permits a ListenAddr that is not loopback. Ask for it explicitly.
+	AllowNonLoopback bool
+	// MaxFrameSize bounds a frame's size field in both directions; zero means
+	// DefaultMaxFrameSize. A connection that sends a larger frame is closed. Raise it with the
+	// broker's maxMessageSize.
+	MaxFrameSize int
+	// HandshakeTimeout bounds the wait for a new connection's CONNECT; zero means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// DialTimeout bounds connecting to a broker; zero means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Name is what the sidecar reports for itself (the pod name).
+	Name string
+	// Logger receives structured logs.
+	Logger logr.Logger
+}
+
+// Sidecar is a running protocol proxy between the applications of a pod and the brokers.
+type Sidecar struct {
+	opts     Options
+	log      logr.Logger
+	upstream string // host:port of BrokerURL
+
+	mu          sync.Mutex
+	conns       map[uint64]*conn
+	nextConn    uint64
+	consumers   map[*Consumer]bool
+	onSubscribe []func(*Consumer)
+	routes      map[string]route // brokers named by lookups, which a CONNECT may ask for
+
+	wg sync.WaitGroup
+}
+
+// route says how to reach a broker a lookup named.
+type route int
+
+const (
+	// direct: the upstream answered as a broker; the sidecar dials the named broker.
+	direct route = iota + 1
+	// viaUpstream: the upstream is itself a Pulsar proxy (its lookup answers route through
+	// it); the sidecar dials the upstream and forwards the CONNECT that names the broker.
+	viaUpstream
+)
+
+// New checks opts and returns a sidecar; Serve or ListenAndServe runs it.
+func New(opts Options) (*Sidecar, error) {
+	upstream, err := brokerHostPort(opts.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: broker URL: %w", err)
+	}
+	if opts.ListenAddr == "" {
+		opts.ListenAddr = DefaultListenAddr
+	}
+	if !opts.AllowNonLoopback && !isLoopbackAddr(opts.ListenAddr) {
+		return nil, fmt.Errorf("sidecar: listen address %q is not loopback: clients talk plaintext to the sidecar, so a wider listener must be asked for explicitly", opts.ListenAddr)
+	}
+	if opts.MaxFrameSize <= 0 {
+		opts.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	return &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, conns: map[uint64]*conn{},
+		consumers: map[*Consumer]bool{}, routes: map[string]route{}}, nil
+}
+
+// brokerHostPort accepts pulsar://host:port.
+func brokerHostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	switch u.Scheme {
+	case "pulsar":
+	case "pulsar+ssl":
+		return "", fmt.Errorf("%q: TLS to the broker is not supported yet", raw)
+	default:
+		return "", fmt.Errorf("%q: want pulsar://host:port", raw)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return "", fmt.Errorf("%q: %w", raw, err)
+	}
+	return u.Host, nil
+}
+
+// hostPortOf reads a broker address as clients and brokers write it: host:port, or a
+// pulsar:// URL.
+func hostPortOf(addr string) (string, error) {
+	if strings.Contains(addr, "://") {
+		u, err := url.Parse(addr)
+		if err != nil {
+			return "", err
+		}
+		addr = u.Host
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Name is the name the sidecar reports for itself.
+func (s *Sidecar) Name() string { return s.opts.Name }
+
+// ListenAndServe serves on Options.ListenAddr until ctx ends.
+func (s *Sidecar) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.ListenAddr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve accepts clients on ln until ctx ends; then it closes ln and every connection, and
+// returns once they are all gone. Applications see their connections drop and reconnect to
+// the next sidecar process, like after a broker restart.
+func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	s.log.Info("Serving Pulsar clients", "listen", ln.Addr().String(), "broker", s.opts.BrokerURL)
+	var err error
+	for {
+		var nc net.Conn
+		if nc, err = ln.Accept(); err != nil {
+			break
+		}
+		c := s.register(nc)
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); c.serve() }()
+	}
+	s.closeAll()
+	s.wg.Wait()
+	if ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Sidecar) register(nc net.Conn) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextConn++
+	c := newConn(s, s.nextConn, nc)
+	s.conns[c.id] = c
+	return c
+}
+
+func (s *Sidecar) unregister(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c.id)
+}
+
+func (s *Sidecar) closeAll() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.shutdown("the sidecar stops")
+	}
+}
+
+// OnSubscribe registers fn to run for every consumer the sidecar sees subscribe, before its
+// SUBSCRIBE goes on to the broker: a state set from fn (the rules in force) applies from the
+// consumer's first permit on.
+func (s *Sidecar) OnSubscribe(fn func(*Consumer)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onSubscribe = append(s.onSubscribe, fn)
+}
+
+// Consumers returns the consumers of every open client connection, ordered by name.
+func (s *Sidecar) Consumers() []*Consumer {
+	s.mu.Lock()
+	out := make([]*Consumer, 0, len(s.consumers))
+	for c := range s.consumers {
+		out = append(out, c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Consumer) int {
+		return strings.Compare(a.name+"\x00"+a.topic, b.name+"\x00"+b.topic)
+	})
+	return out
+}
+
+// added registers a new consumer and runs the OnSubscribe hooks.
+func (s *Sidecar) added(c *Consumer) {
+	s.mu.Lock()
+	s.consumers[c] = true
+	hooks := slices.Clone(s.onSubscribe)
+	s.mu.Unlock()
+	for _, fn := range hooks {
+		fn(c)
+	}
+}
+
+func (s *Sidecar) removed(c *Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.consumers, c)
+}
+
+// learnRoute remembers a broker a lookup answer or a close named.
+func (s *Sidecar) learnRoute(broker string, r route) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.routes[broker] = r
+}
+
+// target picks where to dial for a CONNECT: the upstream when it names no broker or the
+// upstream itself, else a broker a lookup through this sidecar named. Any other broker is
+// refused, so that the sidecar cannot be used to reach arbitrary hosts.
+func (s *Sidecar) target(proxyTo string) (string, error) {
+	if proxyTo == "" {
+		return s.upstream, nil
+	}
+	broker, err := hostPortOf(proxyTo)
+	if err != nil {
+		return "", fmt.Errorf("CONNECT names broker %q: %w", proxyTo, err)
+	}
+	if broker == s.upstream {
+		return s.upstream, nil
+	}
+	s.mu.Lock()
+	r := s.routes[broker]
+	s.mu.Unlock()
+	switch r {
+	case direct:
+		return broker, nil
+	case viaUpstream:
+		return s.upstream, nil
+	}
+	return "", fmt.Errorf("CONNECT names broker %q, which no lookup through this sidecar named; refused", proxyTo)
+}

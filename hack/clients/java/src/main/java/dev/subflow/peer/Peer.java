@@ -1,0 +1,103 @@
+package dev.subflow.peer;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.Schema;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionType;
+
+/**
+ * A consumer application with the stock Java client and no subflow code: it subscribes, then
+ * prints one JSON line per message its application receives and acknowledges it. It ends when
+ * its standard input closes, so that the test that started it never leaves it behind.
+ *
+ * <p>Flags: --url, --topic, --subscription, --type (Exclusive|Shared|Failover|Key_Shared),
+ * --name, --queue (receiver queue size).
+ */
+public final class Peer {
+  public static void main(String[] args) throws Exception {
+    Map<String, String> flags = parse(args);
+    PulsarClient client = PulsarClient.builder().serviceUrl(flags.get("url")).build();
+    Consumer<byte[]> consumer =
+        client
+            .newConsumer(Schema.BYTES)
+            .topic(flags.get("topic"))
+            .subscriptionName(flags.get("subscription"))
+            .subscriptionType(SubscriptionType.valueOf(flags.getOrDefault("type", "Shared")))
+            .consumerName(flags.get("name"))
+            .receiverQueueSize(Integer.parseInt(flags.getOrDefault("queue", "1000")))
+            .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+            .subscribe();
+    exitWhenStdinCloses(consumer, client);
+    emit("{\"event\":\"ready\"}");
+    while (true) {
+      Message<byte[]> msg = consumer.receive(1, TimeUnit.SECONDS);
+      if (msg == null) {
+        continue;
+      }
+      emit(
+          "{\"event\":\"message\",\"value\":"
+              + quote(new String(msg.getData(), StandardCharsets.UTF_8))
+              + ",\"id\":"
+              + quote(msg.getMessageId().toString())
+              + "}");
+      consumer.acknowledge(msg);
+    }
+  }
+
+  private static void exitWhenStdinCloses(Consumer<byte[]> consumer, PulsarClient client) {
+    Thread t =
+        new Thread(
+            () -> {
+              InputStream in = System.in;
+              try {
+                while (in.read() >= 0) {}
+              } catch (IOException ignored) {
+                // closed either way
+              }
+              try {
+                consumer.close();
+                client.close();
+              } catch (Exception ignored) {
+                // exiting anyway
+              }
+              System.exit(0);
+            });
+    t.setDaemon(true);
+    t.start();
+  }
+
+  private static synchronized void emit(String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  private static String quote(String s) {
+    StringBuilder b = new StringBuilder("\"");
+    for (char c : s.toCharArray()) {
+      if (c == '"' || c == '\\') {
+        b.append('\\').append(c);
+      } else if (c < 0x20) {
+        b.append(String.format("\\u%04x", (int) c));
+      } else {
+        b.append(c);
+      }
+    }
+    return b.append('"').toString();
+  }
+
+  private static Map<String, String> parse(String[] args) {
+    Map<String, String> out = new HashMap<>();
+    for (int i = 0; i + 1 < args.length; i += 2) {
+      out.put(args[i].replaceFirst("^--", ""), args[i + 1]);
+    }
+    return out;
+  }
+}

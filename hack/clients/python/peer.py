@@ -1,0 +1,69 @@
+"""A consumer application with the stock Python client (pulsar-client 3.x, the C++ library
+inside) and no subflow code: it subscribes, then prints one JSON line per message its
+application receives and acknowledges it. It ends when its standard input closes, so that the
+test that started it never leaves it behind.
+
+Flags: --url, --topic, --subscription, --type (Exclusive|Shared|Failover|Key_Shared), --name,
+--queue (receiver queue size).
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+
+import pulsar
+
+
+def emit(lock, event):
+    with lock:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+
+def exit_when_stdin_closes(client):
+    def watch():
+        while sys.stdin.buffer.read(1024):
+            pass
+        try:
+            client.close()
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--subscription", required=True)
+    p.add_argument("--type", default="Shared")
+    p.add_argument("--name", default=None)
+    p.add_argument("--queue", type=int, default=1000)
+    args = p.parse_args()
+
+    client = pulsar.Client(args.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    consumer = client.subscribe(
+        args.topic,
+        args.subscription,
+        consumer_type=getattr(pulsar.ConsumerType, args.type.replace("_", "")),
+        consumer_name=args.name,
+        receiver_queue_size=args.queue,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    lock = threading.Lock()
+    exit_when_stdin_closes(client)
+    emit(lock, {"event": "ready"})
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=1000)
+        except pulsar.Timeout:
+            continue
+        emit(lock, {"event": "message", "value": msg.data().decode("utf-8"), "id": str(msg.message_id())})
+        consumer.acknowledge(msg)
+
+
+if __name__ == "__main__":
+    main()
