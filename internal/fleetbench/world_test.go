@@ -1,0 +1,270 @@
+package fleetbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/testenv"
+)
+
+const token = "fleetbench-token"
+
+// shape is one benchmark's fleet.
+type shape struct {
+	flows, pods, hanging int  // pods and hanging pods per flow
+	namespaces           int  // flows spread over this many namespaces
+	shared               bool // every flow selects the same pods (the full resync)
+	state                subflowv1.FlowState
+}
+
+// flowRef is one flow and the fake agents it should reach.
+type flowRef struct {
+	key    types.NamespacedName
+	rule   string // the agents' key of its rule
+	agents []*Agent
+}
+
+// world is one envtest control plane with a fleet of fake agents, their Pod objects and flows.
+type world struct {
+	c          client.Client
+	kubeconfig string
+	dir        string
+	fleet      *Fleet
+	flows      []flowRef
+}
+
+// newWorld starts a control plane of its own (so that each shape's controller caches only its
+// own objects) and creates the shape's namespaces, token Secrets, pods and flows.
+func newWorld(b *testing.B, s shape) *world {
+	b.Helper()
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Stop() })
+	cfg.QPS, cfg.Burst = -1, 0 // the harness must not be the bottleneck
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := &world{c: c, dir: b.TempDir()}
+	w.kubeconfig = filepath.Join(w.dir, "kubeconfig")
+	if err := testenv.WriteKubeconfig(w.kubeconfig, cfg); err != nil {
+		b.Fatal(err)
+	}
+	agents := s.flows * s.pods
+	if s.shared {
+		agents = s.pods
+	}
+	if w.fleet, err = StartFleet(token, "agent", agents); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.fleet.Close)
+	w.populate(b, s)
+	return w
+}
+
+func (w *world) populate(b *testing.B, s shape) {
+	ctx := context.Background()
+	nsNames := make([]string, max(s.namespaces, 1))
+	for i := range nsNames {
+		nsNames[i] = fmt.Sprintf("fleet-%02d", i)
+		must(b, w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsNames[i]}}))
+		must(b, w.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsNames[i], Name: controllers.DefaultTokenSecret},
+			Data: map[string][]byte{controllers.DefaultTokenKey: []byte(token)}}))
+	}
+	var pods []*corev1.Pod
+	for f := range s.flows {
+		ns, name := nsNames[f%len(nsNames)], fmt.Sprintf("flow-%04d", f)
+		ref := flowRef{key: types.NamespacedName{Namespace: ns, Name: name}, rule: ns + "/" + name}
+		label := map[string]string{"fleet-flow": name}
+		if s.shared {
+			label = map[string]string{"app": "worker"}
+			ref.agents = w.fleet.Agents
+		} else {
+			ref.agents = w.fleet.Agents[f*s.pods : (f+1)*s.pods]
+		}
+		if !s.shared || f == 0 {
+			for _, a := range ref.agents {
+				pods = append(pods, podObject(ns, a.Name, a.IP, a.Port, label))
+			}
+			for h := range s.hanging {
+				port, err := w.fleet.StartHanging()
+				must(b, err)
+				pods = append(pods, podObject(ns, fmt.Sprintf("hanging-%04d-%d", f, h), "127.0.0.1", port, label))
+			}
+		}
+		w.flows = append(w.flows, ref)
+	}
+	w.createPods(b, pods)
+	parallel(b, len(w.flows), func(i int) error {
+		f := w.flows[i]
+		flow := &subflowv1.SubscriptionFlow{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.key.Namespace, Name: f.key.Name, Labels: map[string]string{"db": "orders"}},
+			Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: pods[0].Labels},
+				Subscription: "sub-" + f.key.Name, State: s.state},
+		}
+		if !s.shared {
+			flow.Spec.Selector.MatchLabels = map[string]string{"fleet-flow": f.key.Name}
+		}
+		return w.c.Create(ctx, flow)
+	})
+}
+
+// podObject is a running pod whose agent port is port on ip, as the kubelet would report it.
+func podObject(ns, name, ip string, port int, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "worker:1",
+			Ports: []corev1.ContainerPort{{Name: protocol.PortName, ContainerPort: int32(port)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "worker:1", ImageID: "worker:1"}}},
+	}
+}
+
+// createPods creates the pods and then sets their status (create ignores it).
+func (w *world) createPods(b *testing.B, pods []*corev1.Pod) {
+	ctx := context.Background()
+	parallel(b, len(pods), func(i int) error {
+		status := pods[i].Status
+		if err := w.c.Create(ctx, pods[i]); err != nil {
+			return err
+		}
+		pods[i].Status = status
+		return w.c.Status().Update(ctx, pods[i])
+	})
+}
+
+// parallel runs do(0..n-1) on 32 goroutines and fails b on the first error.
+func parallel(b *testing.B, n int, do func(i int) error) {
+	b.Helper()
+	work := make(chan int)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := do(i); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// patchAll applies one merge patch to every flow, concurrently, as many clients (or one fast
+// one) would.
+func (w *world) patchAll(b *testing.B, patch string) {
+	ctx := context.Background()
+	parallel(b, len(w.flows), func(i int) error {
+		flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: w.flows[i].key.Namespace, Name: w.flows[i].key.Name}}
+		return w.c.Patch(ctx, flow, client.RawPatch(types.MergePatchType, []byte(patch)))
+	})
+}
+
+// awaitTold waits until every healthy agent of every flow was told want at or after start, and
+// returns each agent's delay and the largest.
+func (w *world) awaitTold(b *testing.B, want protocol.State, start time.Time, timeout time.Duration) (per []time.Duration, all time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, f := range w.flows {
+		for _, a := range f.agents {
+			for {
+				state, since := a.Told(f.rule)
+				if state == want && !since.Before(start) {
+					d := since.Sub(start)
+					per, all = append(per, d), max(all, d)
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("%s not told %s for %s within %s (told %q)", a.Name, want, f.rule, timeout, state)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	return per, all
+}
+
+// awaitSettled waits until every flow's status shows the current generation at effective
+// state want and Ready (or, with hanging pods, not Ready only because of them), so that a
+// round starts with the controller idle.
+func (w *world) awaitSettled(b *testing.B, want subflowv1.FlowState, hanging bool, timeout time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var list subflowv1.SubscriptionFlowList
+		must(b, w.c.List(context.Background(), &list))
+		settled := 0
+		for i := range list.Items {
+			f := &list.Items[i]
+			ready := meta.IsStatusConditionTrue(f.Status.Conditions, subflowv1.ConditionReady)
+			if f.Status.ObservedGeneration == f.Generation && f.Status.EffectiveState == want && (ready || hanging) &&
+				int(f.Status.Pods.Synced) >= len(w.flowByKey(f)) {
+				settled++
+			}
+		}
+		if settled == len(w.flows) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d flows settled at %s within %s", settled, len(w.flows), want, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (w *world) flowByKey(f *subflowv1.SubscriptionFlow) []*Agent {
+	for _, ref := range w.flows {
+		if ref.key.Namespace == f.Namespace && ref.key.Name == f.Name {
+			return ref.agents
+		}
+	}
+	return nil
+}
+
+// controllerLog is where a controller's output goes: FLEETBENCH_LOG_DIR if set, else the temp dir.
+func (w *world) controllerLog(name string) string {
+	dir := os.Getenv("FLEETBENCH_LOG_DIR")
+	if dir == "" {
+		dir = w.dir
+	}
+	return filepath.Join(dir, name+".log")
+}
