@@ -7,6 +7,7 @@ COPY main.go ./
 COPY api/ api/
 COPY controllers/ controllers/
 COPY agent/ agent/
+COPY webhooks/ webhooks/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/subflow .

@@ -15,9 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/webhooks"
 )
 
 func main() {
@@ -46,6 +48,28 @@ func main() {
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so that only one replica reconciles at a time "+
 		"(default true when running in a cluster).")
+	var enableWebhooks bool
+	var webhookPort int
+	var webhookService string
+	webhookOpts := webhooks.Options{Namespace: os.Getenv("POD_NAMESPACE")}
+	// Outside a cluster (make run) the API server cannot reach the webhook server.
+	flag.BoolVar(&enableWebhooks, "enable-webhooks", inCluster, "Serve the pod injection and SubscriptionFlow validation webhooks "+
+		"(default true when running in a cluster).")
+	flag.IntVar(&webhookPort, "webhook-port", webhook.DefaultPort, "Port the webhook server listens on.")
+	flag.StringVar(&webhookOpts.SidecarImage, "sidecar-image", "", "Image of the subflow sidecar that pods labelled "+
+		"subflow.dev/inject=sidecar get; empty leaves them unwired with the reason recorded.")
+	flag.StringVar(&webhookOpts.Certs, "webhook-certs", webhooks.CertsSelfManaged, "Where the webhook serving certificate comes from: "+
+		webhooks.CertsSelfManaged+" (a CA and certificate the controller keeps in --webhook-cert-secret, renews and writes into the webhook "+
+		"configurations' caBundle) or "+webhooks.CertsFromFiles+" (tls.crt and tls.key in --webhook-cert-dir, e.g. from cert-manager).")
+	flag.StringVar(&webhookOpts.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook serving certificate.")
+	flag.StringVar(&webhookOpts.SecretName, "webhook-cert-secret", "subflow-webhook-server-cert", "Secret, in the controller's "+
+		"namespace ($POD_NAMESPACE), that holds the self-managed CA and serving certificate.")
+	flag.StringVar(&webhookService, "webhook-service", "subflow-webhook-service", "Service in front of the webhook server "+
+		"(the self-managed certificate is issued for <service>.<namespace>.svc).")
+	flag.StringVar(&webhookOpts.MutatingConfiguration, "mutating-webhook-configuration", "subflow-mutating-webhook-configuration",
+		"MutatingWebhookConfiguration whose caBundle the self-managed CA is written into.")
+	flag.StringVar(&webhookOpts.ValidatingConfiguration, "validating-webhook-configuration", "subflow-validating-webhook-configuration",
+		"ValidatingWebhookConfiguration whose caBundle the self-managed CA is written into.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -66,7 +90,19 @@ func main() {
 		setupLog.Error(err, "Unable to read the agents' CA bundle", "file", agentCAFile)
 		os.Exit(1)
 	}
+	var hooks *webhooks.Webhooks
+	var webhookServer webhook.Server
+	if enableWebhooks {
+		webhookOpts.DNSName = webhookService + "." + webhookOpts.Namespace + ".svc"
+		webhookOpts.RequireLeaderElection = leaderElect
+		if hooks, err = webhooks.New(webhookOpts); err != nil {
+			setupLog.Error(err, "Unable to configure the webhooks")
+			os.Exit(1)
+		}
+		webhookServer = webhook.NewServer(hooks.ServerOptions(webhook.Options{Port: webhookPort}))
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		WebhookServer:          webhookServer,
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
@@ -94,6 +130,14 @@ func main() {
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")
 		os.Exit(1)
+	}
+	if hooks != nil {
+		if err := hooks.SetupWithManager(mgr); err != nil {
+			setupLog.Error(err, "Unable to set up the webhooks")
+			os.Exit(1)
+		}
+		// Ready once the server completes a TLS handshake, i.e. has its certificate.
+		utilruntime.Must(mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()))
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))

@@ -5,33 +5,65 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
+// clusterScoped are the kinds config/ renders outside subflow-system.
+var clusterScoped = map[string]bool{"Namespace": true, "CustomResourceDefinition": true, "ClusterRole": true,
+	"ClusterRoleBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true}
+
 func TestDefaultOverlayRenders(t *testing.T) {
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "default")
+	checkOverlay(t, "default", map[string]string{"Secret": "subflow-webhook-server-cert"})
+}
+
+// TestCertManagerOverlayRenders: the same installation with cert-manager's Issuer and Certificate
+// instead of the self-managed Secret, and its CA injected into both webhook configurations.
+func TestCertManagerOverlayRenders(t *testing.T) {
+	resources := checkOverlay(t, "cert-manager", map[string]string{"Issuer": "subflow-selfsigned-issuer", "Certificate": "subflow-serving-cert"})
+	for _, r := range resources.Resources() {
+		if r.GetKind() == "Secret" {
+			t.Errorf("config/cert-manager renders Secret %s: cert-manager creates the serving certificate's Secret", r.GetName())
+		}
+		if clusterScoped[r.GetKind()] && (r.GetKind() == "MutatingWebhookConfiguration" || r.GetKind() == "ValidatingWebhookConfiguration") {
+			if got := r.GetAnnotations()["cert-manager.io/inject-ca-from"]; got != "subflow-system/subflow-serving-cert" {
+				t.Errorf("%s %s: cert-manager.io/inject-ca-from = %q, want subflow-system/subflow-serving-cert", r.GetKind(), r.GetName(), got)
+			}
+		}
+	}
+}
+
+func checkOverlay(t *testing.T, dir string, extra map[string]string) resmap.ResMap {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize config/default: %v", err)
+		t.Fatalf("kustomize config/%s: %v", dir, err)
 	}
 	want := map[string]string{
-		"CustomResourceDefinition": "subscriptionflows.subflow.dev",
-		"Deployment":               "subflow-controller",
-		"ClusterRole":              "subflow-manager-role",
-		"ClusterRoleBinding":       "subflow-manager-rolebinding",
-		"Role":                     "subflow-leader-election-role",
-		"ServiceAccount":           "subflow-controller",
-		"Namespace":                "subflow-system",
+		"MutatingWebhookConfiguration":   "subflow-mutating-webhook-configuration",
+		"ValidatingWebhookConfiguration": "subflow-validating-webhook-configuration",
+		"Service":                        "subflow-webhook-service",
+		"CustomResourceDefinition":       "subscriptionflows.subflow.dev",
+		"Deployment":                     "subflow-controller",
+		"ClusterRole":                    "subflow-manager-role",
+		"ClusterRoleBinding":             "subflow-manager-rolebinding",
+		"Role":                           "subflow-leader-election-role",
+		"ServiceAccount":                 "subflow-controller",
+		"Namespace":                      "subflow-system",
+	}
+	for kind, name := range extra {
+		want[kind] = name
 	}
 	for _, r := range resources.Resources() {
 		if want[r.GetKind()] == r.GetName() {
 			delete(want, r.GetKind())
 		}
-		if r.GetKind() != "Namespace" && r.GetKind() != "CustomResourceDefinition" &&
-			r.GetKind() != "ClusterRole" && r.GetKind() != "ClusterRoleBinding" && r.GetNamespace() != "subflow-system" {
+		if !clusterScoped[r.GetKind()] && r.GetNamespace() != "subflow-system" {
 			t.Errorf("%s/%s rendered in namespace %q, want subflow-system", r.GetKind(), r.GetName(), r.GetNamespace())
 		}
 	}
 	for kind, name := range want {
-		t.Errorf("config/default does not render %s %s", kind, name)
+		t.Errorf("config/%s does not render %s %s", dir, kind, name)
 	}
+	return resources
 }

@@ -1,0 +1,125 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// The namespace's configuration for sidecar mode: a ConfigMap the team owns next to its pods.
+const (
+	ConfigMapName = "subflow"
+	// BrokerURLKey holds the broker the sidecar connects to (pulsar:// or pulsar+ssl://).
+	BrokerURLKey = "brokerServiceURL"
+	// AdminSecretKey optionally names the Secret with the admin-API credentials (key credentials).
+	AdminSecretKey = "adminCredentialsSecret"
+	// DefaultAdminSecret is the Secret the sidecar's admin credentials come from by default.
+	DefaultAdminSecret = "subflow-admin-credentials"
+)
+
+// PodPath is where the API server sends pods to be wired.
+const PodPath = "/mutate--v1-pod"
+
+// Pods are sent only when they carry the label (objectSelector Exists, so that a wrong value is
+// recorded rather than ignored), only on create (a pod's containers cannot change later). A pod
+// is never refused: failurePolicy Ignore and every problem admitted with its reason.
+// +kubebuilder:webhook:path=/mutate--v1-pod,mutating=true,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=inject.subflow.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=5,patch=`{"objectSelector":{"matchExpressions":[{"key":"subflow.dev/inject","operator":"Exists"}]}}`
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get,resourceNames=subflow
+
+// PodInjector wires opted-in pods for subflow.
+type PodInjector struct {
+	// Reader reads the namespace's ConfigMap uncached: caching would need list and watch on
+	// every ConfigMap in the cluster.
+	Reader client.Reader
+	// SidecarImage is the sidecar's image; empty refuses sidecar mode with its reason.
+	SidecarImage string
+	Decoder      admission.Decoder
+}
+
+// Handle answers with the patch that wires the pod, or records why it was not wired.
+func (p *PodInjector) Handle(ctx context.Context, req admission.Request) admission.Response {
+	pod := &corev1.Pod{}
+	if err := p.Decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	wired := pod.DeepCopy()
+	mode, err := p.wire(ctx, req.Namespace, wired)
+	if err != nil {
+		wired = pod.DeepCopy() // admitted as it came, with the reason
+		setAnnotation(wired, SkippedAnnotation, err.Error())
+	} else {
+		setAnnotation(wired, InjectedAnnotation, mode)
+		delete(wired.Annotations, SkippedAnnotation) // an earlier invocation's reason may be gone
+	}
+	// Both sides serialised the same way, so an unchanged pod gives an empty patch.
+	before, errBefore := json.Marshal(pod)
+	after, errAfter := json.Marshal(wired)
+	if errBefore != nil || errAfter != nil {
+		return admission.Errored(http.StatusInternalServerError, errors.Join(errBefore, errAfter))
+	}
+	return admission.PatchResponseFromRaw(before, after)
+}
+
+func (p *PodInjector) wire(ctx context.Context, namespace string, pod *corev1.Pod) (string, *skip) {
+	mode, err := modeOf(pod)
+	if err != nil {
+		return "", err
+	}
+	w := wiring{mode: mode, sidecarImage: p.SidecarImage}
+	if w.port, err = portOf(pod); err != nil {
+		return "", err
+	}
+	if mode == ModeSidecar {
+		if err := p.sidecarConfig(ctx, namespace, &w); err != nil {
+			return "", err
+		}
+	}
+	return mode, wire(pod, w)
+}
+
+// sidecarConfig reads the broker URL and the admin Secret's name from the namespace's ConfigMap.
+func (p *PodInjector) sidecarConfig(ctx context.Context, namespace string, w *wiring) *skip {
+	if w.sidecarImage == "" {
+		return skipped(ReasonNoSidecarImage, "sidecar mode needs an image: the controller runs without --sidecar-image")
+	}
+	var cm corev1.ConfigMap
+	err := p.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ConfigMapName}, &cm)
+	if apierrors.IsNotFound(err) {
+		return skipped(ReasonNoBrokerURL, "sidecar mode needs the broker URL: there is no ConfigMap %s in namespace %s (key %s)", ConfigMapName, namespace, BrokerURLKey)
+	}
+	if err != nil {
+		return skipped(ReasonNamespaceConfig, "reading ConfigMap %s in namespace %s: %v", ConfigMapName, namespace, err)
+	}
+	w.brokerURL = cm.Data[BrokerURLKey]
+	if w.brokerURL == "" {
+		return skipped(ReasonNoBrokerURL, "sidecar mode needs the broker URL: ConfigMap %s in namespace %s has no key %s", ConfigMapName, namespace, BrokerURLKey)
+	}
+	if u, err := url.Parse(w.brokerURL); err != nil || (u.Scheme != "pulsar" && u.Scheme != "pulsar+ssl") || u.Host == "" {
+		return skipped(ReasonInvalidBrokerURL, "ConfigMap %s key %s=%q is not a broker URL: want pulsar://host:6650 or pulsar+ssl://host:6651", ConfigMapName, BrokerURLKey, w.brokerURL)
+	}
+	w.adminSecret = cm.Data[AdminSecretKey]
+	if w.adminSecret == "" {
+		w.adminSecret = DefaultAdminSecret
+	}
+	// The API server would refuse a pod naming an impossible Secret: never block its creation.
+	if problems := validation.IsDNS1123Subdomain(w.adminSecret); len(problems) > 0 {
+		return skipped(ReasonInvalidAdminSecret, "ConfigMap %s key %s=%q is not a Secret name: %s", ConfigMapName, AdminSecretKey, w.adminSecret, problems[0])
+	}
+	return nil
+}
+
+func setAnnotation(pod *corev1.Pod, key, value string) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[key] = value
+}
