@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,24 @@ func (fw *frameWriter) write(flush bool, frames ...[]byte) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	return fw.writeLocked(flush, frames...)
+}
+
+// flush writes out what the pump left buffered.
+func (fw *frameWriter) flush() error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.w.Flush()
+}
+
+// wholeFrameBuffered tells whether the reader holds the next frame entirely, so that a pump
+// can write the frame it has without flushing: bursts go out in few writes, and nothing
+// waits in the buffer while the pump blocks on a read.
+func wholeFrameBuffered(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false
+	}
+	header, err := r.Peek(4)
+	return err == nil && uint64(r.Buffered()) >= 4+uint64(binary.BigEndian.Uint32(header))
 }
 
 func (fw *frameWriter) writeLocked(flush bool, frames ...[]byte) error {
@@ -184,8 +203,13 @@ func (c *conn) pumpClient(r *bufio.Reader, first frame) error {
 		if err != nil {
 			return clientError(err)
 		}
-		if err := c.fromClient(f, r.Buffered() == 0); err != nil {
+		if err := c.fromClient(f); err != nil {
 			return err
+		}
+		if !wholeFrameBuffered(r) {
+			if err := c.toBroker.flush(); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -197,7 +221,8 @@ func clientError(err error) error {
 	return err
 }
 
-func (c *conn) fromClient(f frame, flush bool) error {
+// fromClient handles one client frame; the pump flushes after it.
+func (c *conn) fromClient(f frame) error {
 	switch f.typ {
 	case pb.BaseCommand_SUBSCRIBE, pb.BaseCommand_FLOW, pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_UNSUBSCRIBE:
 		cmd, err := f.decode()
@@ -208,7 +233,7 @@ func (c *conn) fromClient(f frame, flush bool) error {
 	case pb.BaseCommand_PING:
 		return c.ping(f.raw, nil)
 	}
-	return c.toBroker.write(flush, f.raw)
+	return c.toBroker.write(false, f.raw)
 }
 
 // consumerCommand routes a client's consumer command to its gate.
@@ -232,7 +257,7 @@ func (c *conn) consumerCommand(f frame, cmd *pb.BaseCommand) error {
 			return cons.clientUnsubscribe(f.raw, cmd.GetUnsubscribe().GetRequestId())
 		}
 	}
-	return c.toBroker.write(true, f.raw)
+	return c.toBroker.write(false, f.raw)
 }
 
 func (c *conn) consumer(id uint64) *Consumer {
@@ -328,13 +353,19 @@ func (c *conn) pumpBroker(r *bufio.Reader) error {
 			}
 			return err
 		}
-		if err := c.fromBroker(f, r.Buffered() == 0); err != nil {
+		if err := c.fromBroker(f); err != nil {
 			return err
+		}
+		if !wholeFrameBuffered(r) {
+			if err := c.toClient.flush(); err != nil {
+				return err
+			}
 		}
 	}
 }
 
-func (c *conn) fromBroker(f frame, flush bool) error {
+// fromBroker handles one broker frame; the pump flushes after it.
+func (c *conn) fromBroker(f frame) error {
 	switch f.typ {
 	case pb.BaseCommand_MESSAGE, pb.BaseCommand_SUCCESS, pb.BaseCommand_ERROR,
 		pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_LOOKUP_RESPONSE:
@@ -342,14 +373,14 @@ func (c *conn) fromBroker(f frame, flush bool) error {
 		if err != nil {
 			return fmt.Errorf("broker: %w", err)
 		}
-		return c.brokerCommand(f, cmd, flush)
+		return c.brokerCommand(f, cmd)
 	case pb.BaseCommand_PONG:
-		return c.pong(f.raw, flush)
+		return c.pong(f.raw)
 	}
-	return c.toClient.write(flush, f.raw)
+	return c.toClient.write(false, f.raw)
 }
 
-func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand, flush bool) error {
+func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 	switch f.typ {
 	case pb.BaseCommand_MESSAGE:
 		if cons := c.consumer(cmd.GetMessage().GetConsumerId()); cons != nil {
@@ -357,7 +388,7 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand, flush bool) error {
 			if err != nil {
 				c.log.V(1).Info("MESSAGE metadata unreadable; counted as one message", "error", err.Error())
 			}
-			return cons.brokerMessage(f.raw, n, flush)
+			return cons.brokerMessage(f.raw, n)
 		}
 	case pb.BaseCommand_SUCCESS:
 		if !c.answered(cmd.GetSuccess().GetRequestId(), true) {
@@ -373,9 +404,9 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand, flush bool) error {
 			cons.brokerClosed()
 		}
 	case pb.BaseCommand_LOOKUP_RESPONSE:
-		return c.toClient.write(flush, c.routeLookup(f.raw, cmd))
+		return c.toClient.write(false, c.routeLookup(f.raw, cmd))
 	}
-	return c.toClient.write(flush, f.raw)
+	return c.toClient.write(false, f.raw)
 }
 
 // answered runs what a request's answer was expected to do and tells whether the client
@@ -391,7 +422,7 @@ func (c *conn) answered(requestID uint64, ok bool) (forward bool) {
 	return fn(ok)
 }
 
-func (c *conn) pong(raw []byte, flush bool) error {
+func (c *conn) pong(raw []byte) error {
 	c.mu.Lock()
 	var waiter chan struct{}
 	ours := false
@@ -404,7 +435,7 @@ func (c *conn) pong(raw []byte, flush bool) error {
 		close(waiter)
 		return nil
 	}
-	return c.toClient.write(flush, raw)
+	return c.toClient.write(false, raw)
 }
 
 // routeLookup keeps the client on the sidecar: a lookup answer that sends it to a broker is

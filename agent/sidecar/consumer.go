@@ -325,12 +325,12 @@ func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
 		return nil
 	}
 	c.brokerCredit += int64(permits)
-	return c.conn.toBroker.write(true, raw)
+	return c.conn.toBroker.write(false, raw)
 }
 
 // brokerMessage hands a MESSAGE to the client while Running and holds it otherwise. A
 // MESSAGE for a broker-side consumer being closed is dropped: the broker gives it back.
-func (c *Consumer) brokerMessage(raw []byte, n int64, flush bool) error {
+func (c *Consumer) brokerMessage(raw []byte, n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.side != subscribed {
@@ -340,7 +340,7 @@ func (c *Consumer) brokerMessage(raw []byte, n int64, flush bool) error {
 	if c.desired == protocol.Running {
 		c.clientCredit -= n
 		c.delivered += n
-		return c.conn.toClient.write(flush, raw)
+		return c.conn.toClient.write(false, raw)
 	}
 	c.held = append(c.held, heldMessage{raw: raw, n: n, at: time.Now()})
 	c.heldCount += n

@@ -184,6 +184,35 @@ func receiveN(t *testing.T, c pulsar.Consumer, n int) []string {
 	return out
 }
 
+// common returns the values of want that are in got.
+func common(want, got []string) []string {
+	seen := map[string]bool{}
+	for _, v := range got {
+		seen[v] = true
+	}
+	var out []string
+	for _, v := range want {
+		if seen[v] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// drain takes, and acknowledges, what the consumer has ready now.
+func drain(c pulsar.Consumer) []string {
+	var out []string
+	for {
+		select {
+		case m := <-c.Chan():
+			_ = c.Ack(m.Message)
+			out = append(out, string(m.Payload()))
+		default:
+			return out
+		}
+	}
+}
+
 // eventually polls cond until it holds, failing the test at the deadline.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -291,7 +320,9 @@ func peerCommand(t *testing.T, lang string) []string {
 				return
 			}
 			goPeerPath = filepath.Join(dir, "gopeer")
-			out, err := exec.Command("go", "build", "-o", goPeerPath, "./hack/clients/gopeer").CombinedOutput()
+			build := exec.Command("go", "build", "-o", goPeerPath, "./hack/clients/gopeer")
+			build.Dir = root
+			out, err := build.CombinedOutput()
 			if err != nil {
 				goPeerErr = fmt.Errorf("%v: %s", err, out)
 			}
