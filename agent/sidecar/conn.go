@@ -147,7 +147,7 @@ func (c *conn) handshake(r *bufio.Reader) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	nc, err := net.DialTimeout("tcp", addr, c.s.opts.DialTimeout)
+	nc, err := c.s.dial(addr)
 	if err != nil {
 		return frame{}, fmt.Errorf("dial broker %s: %w", addr, err)
 	}
@@ -449,17 +449,28 @@ func (c *conn) routeLookup(raw []byte, cmd *pb.BaseCommand) []byte {
 	default:
 		return raw
 	}
-	broker, err := hostPortOf(resp.GetBrokerServiceUrl())
+	named := resp.GetBrokerServiceUrl()
+	if c.s.tls != nil && resp.GetBrokerServiceUrlTls() != "" {
+		named = resp.GetBrokerServiceUrlTls()
+	}
+	broker, err := hostPortOf(named)
 	if err != nil {
-		c.log.Info("Lookup answer names no usable broker URL; passed on as is", "url", resp.GetBrokerServiceUrl(), "error", err.Error())
+		c.log.Info("Lookup answer names no usable broker URL; passed on as is", "url", named, "error", err.Error())
 		return raw
 	}
 	if resp.GetProxyThroughServiceUrl() {
 		c.s.learnRoute(broker, viaUpstream)
+	} else {
+		c.s.learnRoute(broker, direct)
+	}
+	changed := !resp.GetProxyThroughServiceUrl() || named != resp.GetBrokerServiceUrl()
+	if !changed {
 		return raw
 	}
-	c.s.learnRoute(broker, direct)
+	// The client talks plaintext to the sidecar, so it reads brokerServiceUrl: with TLS to
+	// the brokers that names the broker's TLS address, which the sidecar dials with TLS.
 	resp.ProxyThroughServiceUrl = proto.Bool(true)
+	resp.BrokerServiceUrl = proto.String("pulsar://" + broker)
 	return encodeCommand(cmd)
 }
 

@@ -2,10 +2,13 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -26,9 +29,14 @@ const (
 
 // Options configure a sidecar.
 type Options struct {
-	// BrokerURL is the cluster's service URL, pulsar://host:port: lookups go there, and so does
-	// every connection whose CONNECT names no broker. Required.
+	// BrokerURL is the cluster's service URL, pulsar://host:port or pulsar+ssl://host:port:
+	// lookups go there, and so does every connection whose CONNECT names no broker. Required.
+	// With pulsar+ssl every broker connection is TLS, verified against TLSCAFile (else the
+	// system's roots) and the broker's host name.
 	BrokerURL string
+	// TLSCAFile is a PEM file of the CAs that sign the brokers' certificates, for
+	// pulsar+ssl.
+	TLSCAFile string
 	// ListenAddr is the data listener; empty means DefaultListenAddr. It must be a loopback
 	// address unless AllowNonLoopback is set: client to sidecar is plaintext.
 	ListenAddr string
@@ -53,7 +61,8 @@ type Options struct {
 type Sidecar struct {
 	opts     Options
 	log      logr.Logger
-	upstream string // host:port of BrokerURL
+	upstream string      // host:port of BrokerURL
+	tls      *tls.Config // for pulsar+ssl; nil for plaintext brokers
 
 	mu          sync.Mutex
 	conns       map[uint64]*conn
@@ -78,9 +87,17 @@ const (
 
 // New checks opts and returns a sidecar; Serve or ListenAndServe runs it.
 func New(opts Options) (*Sidecar, error) {
-	upstream, err := brokerHostPort(opts.BrokerURL)
+	upstream, secure, err := brokerHostPort(opts.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: broker URL: %w", err)
+	}
+	var tlsConfig *tls.Config
+	if secure {
+		if tlsConfig, err = brokerTLS(opts.TLSCAFile); err != nil {
+			return nil, fmt.Errorf("sidecar: %w", err)
+		}
+	} else if opts.TLSCAFile != "" {
+		return nil, fmt.Errorf("sidecar: a TLS CA file is given but the broker URL %q is not pulsar+ssl://", opts.BrokerURL)
 	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = DefaultListenAddr
@@ -97,27 +114,57 @@ func New(opts Options) (*Sidecar, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
-	return &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, conns: map[uint64]*conn{},
+	return &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, tls: tlsConfig, conns: map[uint64]*conn{},
 		consumers: map[*Consumer]bool{}, routes: map[string]route{}}, nil
 }
 
-// brokerHostPort accepts pulsar://host:port.
-func brokerHostPort(raw string) (string, error) {
+// brokerHostPort accepts pulsar://host:port and pulsar+ssl://host:port.
+func brokerHostPort(raw string) (hostPort string, secure bool, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	switch u.Scheme {
 	case "pulsar":
 	case "pulsar+ssl":
-		return "", fmt.Errorf("%q: TLS to the broker is not supported yet", raw)
+		secure = true
 	default:
-		return "", fmt.Errorf("%q: want pulsar://host:port", raw)
+		return "", false, fmt.Errorf("%q: want pulsar://host:port or pulsar+ssl://host:port", raw)
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return "", fmt.Errorf("%q: %w", raw, err)
+		return "", false, fmt.Errorf("%q: %w", raw, err)
 	}
-	return u.Host, nil
+	return u.Host, secure, nil
+}
+
+// brokerTLS verifies brokers against the CAs in caFile, or the system's roots without one.
+// The host name is set per connection, from the broker dialed.
+func brokerTLS(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS CA file: %w", err)
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", caFile)
+	}
+	return cfg, nil
+}
+
+// dial connects to a broker, with TLS and host name verification for pulsar+ssl.
+func (s *Sidecar) dial(addr string) (net.Conn, error) {
+	dialer := &net.Dialer{Timeout: s.opts.DialTimeout}
+	if s.tls == nil {
+		return dialer.Dial("tcp", addr)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	cfg := s.tls.Clone()
+	cfg.ServerName = host
+	return (&tls.Dialer{NetDialer: dialer, Config: cfg}).Dial("tcp", addr)
 }
 
 // hostPortOf reads a broker address as clients and brokers write it: host:port, or a

@@ -36,7 +36,8 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("subflow-sidecar", flag.ContinueOnError)
-	fs.StringVar(&c.opts.BrokerURL, "broker-url", os.Getenv("PULSAR_BROKER_URL"), "the cluster's service URL, pulsar://host:port (default $PULSAR_BROKER_URL)")
+	fs.StringVar(&c.opts.BrokerURL, "broker-url", os.Getenv("PULSAR_BROKER_URL"), "the cluster's service URL, pulsar://host:port or pulsar+ssl://host:port (default $PULSAR_BROKER_URL)")
+	fs.StringVar(&c.opts.TLSCAFile, "tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (pulsar+ssl; default the system's roots)")
 	fs.StringVar(&c.opts.ListenAddr, "listen", sidecar.DefaultListenAddr, "data listener for the application's client; loopback unless --allow-non-loopback")
 	fs.BoolVar(&c.opts.AllowNonLoopback, "allow-non-loopback", false, "permit a --listen address that is not loopback (clients talk plaintext to the sidecar)")
 	fs.IntVar(&c.opts.MaxFrameSize, "max-frame-size", sidecar.DefaultMaxFrameSize, "largest frame accepted in either direction, in bytes; raise it with the broker's maxMessageSize")
