@@ -53,6 +53,7 @@ var (
 	k8s client.Client
 	// serving is where the shared control plane's webhook server listens.
 	serving envtest.WebhookInstallOptions
+	shared  *controlPlane
 )
 
 func init() {
@@ -71,7 +72,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer plane.stop()
-	k8s, serving = plane.admin, plane.env.WebhookInstallOptions
+	shared, k8s, serving = plane, plane.admin, plane.env.WebhookInstallOptions
 	certDir, err := os.MkdirTemp("", "subflow-webhook-certs-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
