@@ -18,6 +18,9 @@ var (
 	ErrConsumerStopped = errors.New("agent: consumer is stopped")
 	// ErrSeekUnsupported is returned by SeekByIndex on multi-topic and regex consumers.
 	ErrSeekUnsupported = errors.New("agent: seek by index needs a consumer of exactly one topic")
+	// ErrSeekPartial means a seek of a partitioned topic moved some partitions' cursors and
+	// not others; its SeekResult tells which.
+	ErrSeekPartial = errors.New("agent: the seek moved some partitions and not others")
 	// ErrNoAdminURL is returned by SeekByIndex when the agent has no admin URL.
 	ErrNoAdminURL = errors.New("agent: seek by index needs Options.AdminURL")
 	// ErrNegativeChunkExpiry is returned by Subscribe for a negative

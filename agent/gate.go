@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"context"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,8 @@ type gate struct {
 	pluggedReal int
 	pluggedAt   time.Time
 	dropPlugged bool
+	// dropPluggedOf narrows dropPlugged to these partitions (nil: every one).
+	dropPluggedOf partitionSet
 	phase       gatePhase
 	changed     chan struct{} // closed and replaced whenever the phase changes
 	// takers counts goroutines that may take from src or hold a message in hand; closing
@@ -173,12 +176,16 @@ func (c *Consumer) unplugLocked() {
 		return
 	}
 	for range cap(c.src) {
-		if cm := <-c.src; cm.Message != nil && !c.dropPlugged && !c.skipBeforeTarget(cm) {
+		if cm := <-c.src; cm.Message != nil && !c.droppedWhilePlugged(cm) && !c.skipBeforeTarget(cm) {
 			c.holdLocked(cm, false)
 		}
 	}
-	c.plugged, c.pluggedReal, c.dropPlugged = false, 0, false
+	c.plugged, c.pluggedReal, c.dropPlugged, c.dropPluggedOf = false, 0, false, nil
 	c.metrics.held.Set(float64(c.heldCountLocked()))
+}
+
+func (c *Consumer) droppedWhilePlugged(cm pulsar.ConsumerMessage) bool {
+	return c.dropPlugged && c.dropPluggedOf.has(cm.Message.ID().PartitionIdx())
 }
 
 // heldCountLocked counts the messages taken from the client that wait for the gate to open.
@@ -427,11 +434,11 @@ func (c *Consumer) popHeldLocked() (pulsar.ConsumerMessage, bool) {
 
 // dropHeldLocked drops held messages taken at or before `before` (all when zero), without
 // acknowledging them: a seek made them stale. It returns how many were dropped.
-func (c *Consumer) dropHeldLocked(before time.Time) int {
+func (c *Consumer) dropHeldLocked(before time.Time, partitions partitionSet) int {
 	kept := c.held[:0]
 	dropped := 0
 	for _, h := range c.held {
-		if before.IsZero() || !h.at.After(before) {
+		if (before.IsZero() || !h.at.After(before)) && partitions.has(h.cm.Message.ID().PartitionIdx()) {
 			dropped++
 			continue
 		}
@@ -440,28 +447,70 @@ func (c *Consumer) dropHeldLocked(before time.Time) int {
 	clear(c.held[len(kept):])
 	c.held = kept
 	if c.plugged && c.pluggedReal > 0 && (before.IsZero() || !c.pluggedAt.After(before)) {
-		dropped += c.pluggedReal
-		c.pluggedReal, c.dropPlugged = 0, true
+		c.dropPluggedFrom(partitions)
+		if partitions == nil {
+			dropped += c.pluggedReal
+			c.pluggedReal = 0
+		}
 	}
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 	return dropped
 }
 
+// dropPluggedFrom marks the plugged src's messages of these partitions (nil: all) to be
+// discarded when it is unplugged. Which partitions they belong to is only known then, so a
+// partial drop leaves the held count an upper bound until the gate opens.
+func (c *Consumer) dropPluggedFrom(partitions partitionSet) {
+	switch {
+	case partitions == nil || (c.dropPlugged && c.dropPluggedOf == nil):
+		c.dropPluggedOf = nil
+	case c.dropPlugged:
+		maps.Copy(c.dropPluggedOf, partitions)
+	default:
+		c.dropPluggedOf = maps.Clone(partitions)
+	}
+	c.dropPlugged = true
+}
+
 // DropHeld drops the messages the gate holds that it took at or before `before` (all when
 // before is zero) and returns how many. An agent that did not execute a seek calls it so that
 // messages from before the seek never reach the application; they are not acknowledged.
-func (c *Consumer) DropHeld(before time.Time) int {
+func (c *Consumer) DropHeld(before time.Time) int { return c.DropHeldOf(before, nil) }
+
+// DropHeldOf is DropHeld for the messages of some partitions only (-1 names a non-partitioned
+// topic; nil names every partition): a seek that moved only some cursors leaves the others'
+// messages wanted.
+func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
+	set := newPartitionSet(partitions)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.dropHeldLocked(before)
+	n := c.dropHeldLocked(before, set)
 	c.handed.forget() // the cursor moved: copies from the broker are no longer duplicates
-	c.setSkips(nil)   // and the messages of an earlier seek target's entry are wanted again
+	// and the messages of an earlier seek target's entry on a moved partition are wanted again
+	c.setSkips(c.withoutSkipsOf(set))
 	c.syncFastLocked()
 	if n > 0 {
-		c.log.Info("Held messages dropped", "dropped", n)
+		c.log.Info("Held messages dropped", "dropped", n, "partitions", partitions)
 	}
 	return n
 }
+
+// partitionSet names partitions as the client numbers them (a non-partitioned topic is 0);
+// nil names every partition.
+type partitionSet map[int32]bool
+
+func newPartitionSet(partitions []int32) partitionSet {
+	if partitions == nil {
+		return nil
+	}
+	set := partitionSet{}
+	for _, p := range partitions {
+		set[max(p, 0)] = true
+	}
+	return set
+}
+
+func (s partitionSet) has(p int32) bool { return s == nil || s[p] }
 
 // signalLocked wakes every goroutine waiting on the gate so that it re-checks.
 func (c *Consumer) signalLocked() {

@@ -12,8 +12,12 @@ import (
 
 // SeekResult reports a seek by index.
 type SeekResult struct {
-	// Positions tells, per partition, which index is delivered next and from which message id.
+	// Positions tells, per partition whose cursor moved, which index is delivered next and from
+	// which message id.
 	Positions []protocol.SeekPosition
+	// Failed lists the partitions whose cursor did not move, and why. A seek that moved some
+	// partitions and not others returns ErrSeekPartial: see SeekPartitionsByIndex.
+	Failed []protocol.PartitionFailure
 	// Probes counts the admin calls made to resolve the indexes.
 	Probes int
 }
@@ -30,7 +34,11 @@ func (c *Consumer) SeekByIndex(ctx context.Context, index int64) (*SeekResult, e
 // SeekPartitionsByIndex is SeekByIndex with one index per partition of a partitioned topic
 // (partition -1 addresses a non-partitioned topic). Every index is resolved before anything
 // moves. Then the consumer is closed, each cursor is reset through the admin API and the
-// consumer subscribes again. The client's own Seek is not used: pulsar-client-go cannot seek
+// consumer subscribes again. Partitions are reset one by one and a reset cannot be undone, so
+// when some resets fail after others succeeded the error wraps ErrSeekPartial and the result
+// tells both: Positions the partitions that moved, Failed the ones that did not (whose
+// messages are delivered from where they were, as if no seek had been asked for them). A
+// retry then asks only for the Failed partitions, so that no partition is replayed twice. The client's own Seek is not used: pulsar-client-go cannot seek
 // a partitioned consumer, and a client that seeks keeps the seek position as a pending
 // "discard up to here" mark. On Exclusive and Failover a real broker disconnects only the
 // active consumer on a seek, so a standby that sought would apply the mark at some later
@@ -79,9 +87,19 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 			return result, fmt.Errorf("agent: resolve index %d on %s: %w", plan[i].index, plan[i].topic, err)
 		}
 		plan[i].res = r
-		result.Positions = append(result.Positions, plan[i].seekPosition())
 	}
-	return result, c.resetPartitions(ctx, plan)
+	moved, failures, err := c.resetPartitions(ctx, plan)
+	for _, step := range plan {
+		if failure, ok := failures[step.partition]; ok {
+			result.Failed = append(result.Failed, failure)
+		} else if moved[step.partition] {
+			result.Positions = append(result.Positions, step.seekPosition())
+		}
+	}
+	if len(result.Positions) > 0 && len(result.Failed) > 0 {
+		err = fmt.Errorf("%w: %w", ErrSeekPartial, err)
+	}
+	return result, err
 }
 
 // isPartitioned tells a partitioned topic from a non-partitioned one (or a single partition
@@ -171,16 +189,19 @@ func (c *Consumer) untilClosed(ctx context.Context) (context.Context, context.Ca
 // seek's deadline is minutes): Close, Pause, Stop and the others apply meanwhile. The consumer
 // stays unsubscribed with its gate closed until the resets are done (reconcile parks it), and
 // a Close ends the seek: its admin calls are cancelled and it never subscribes again.
-func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) error {
+//
+// It returns the partitions whose cursor moved and those whose reset failed; the error joins
+// the failures and whatever else went wrong (a cursor can move and the subscribe after it fail).
+func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) (map[int32]bool, map[int32]protocol.PartitionFailure, error) {
 	if err := c.lockSeeks(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer c.unlockSeeks()
 	if err := c.beginReset(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
-	skips, errs := c.resetCursors(ctx, plan)
-	return c.endReset(skips, errs)
+	moved, failures, errs := c.resetCursors(ctx, plan)
+	return moved.partitions, failures, c.endReset(moved, errs)
 }
 
 // beginReset closes the gate and the underlying consumer, and parks the consumer for the seek.
@@ -201,37 +222,51 @@ func (c *Consumer) beginReset(ctx context.Context) error {
 	return nil
 }
 
-// resetCursors resets each partition's cursor; it returns the seek filters of the resets that
-// succeeded and the errors of the others.
-func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (skipSet, []error) {
+// movedCursors is what the resets of a seek changed: the partitions whose cursor moved, with
+// the seek filter of each that landed inside a batch entry.
+type movedCursors struct {
+	partitions map[int32]bool
+	skips      skipSet
+}
+
+// resetCursors resets each partition's cursor; it returns what moved, and the failures and
+// errors of the others. An empty topic's cursor has nothing to move and counts as moved.
+func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (movedCursors, map[int32]protocol.PartitionFailure, []error) {
 	var errs []error
-	skips := skipSet{}
+	failures := map[int32]protocol.PartitionFailure{}
+	moved := movedCursors{partitions: map[int32]bool{}, skips: skipSet{}}
 	for _, step := range plan {
 		if step.res.empty {
+			moved.partitions[step.partition] = true
 			continue
 		}
 		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.pos, step.res.past); err != nil {
-			errs = append(errs, fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err))
+			err = fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err)
+			errs = append(errs, err)
+			failures[step.partition] = protocol.PartitionFailure{Partition: step.partition, Index: step.index, Error: err.Error()}
 			continue
 		}
+		moved.partitions[step.partition] = true
 		if step.res.batch > 0 && !step.res.past {
-			skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
+			moved.skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
 		}
 	}
-	return skips, errs
+	return moved, failures, errs
 }
 
 // endReset unparks the consumer and brings it to the state wished for now. A consumer closed
-// meanwhile stays closed.
-func (c *Consumer) endReset(skips skipSet, errs []error) error {
+// meanwhile stays closed. Everything held is dropped: the consumer subscribes again, and the
+// broker delivers each partition from its cursor, moved or not. A partition whose reset failed
+// keeps the seek filter of an earlier seek, as its cursor did not move.
+func (c *Consumer) endReset(moved movedCursors, errs []error) error {
 	_ = c.lock(context.Background())
 	defer c.unlock()
 	c.mu.Lock()
 	c.seeking = false
 	closed := c.closed
 	if !closed {
-		c.setSkips(skips)
-		c.dropHeldLocked(time.Time{})
+		c.setSkips(c.skipsAfter(moved))
+		c.dropHeldLocked(time.Time{}, nil)
 	}
 	c.mu.Unlock()
 	if closed {

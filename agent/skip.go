@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
@@ -38,6 +39,35 @@ func (c *Consumer) setSkips(s skipSet) {
 		return
 	}
 	c.skips.Store(&s)
+}
+
+// skipsAfter is the filter set once a seek moved the given cursors: a moved partition takes
+// the seek's filter (or none), one that did not move keeps the filter it had.
+func (c *Consumer) skipsAfter(moved movedCursors) skipSet {
+	out := skipSet{}
+	if old := c.skips.Load(); old != nil {
+		for p, f := range *old {
+			if !moved.partitions[p] && !(p == 0 && moved.partitions[-1]) {
+				out[p] = f
+			}
+		}
+	}
+	maps.Copy(out, moved.skips)
+	return out
+}
+
+// withoutSkipsOf is the published filter set less the filters of the given partitions (nil:
+// all of them), for a seek another agent ran.
+func (c *Consumer) withoutSkipsOf(partitions partitionSet) skipSet {
+	out := skipSet{}
+	if old := c.skips.Load(); old != nil && partitions != nil {
+		for p, f := range *old {
+			if !partitions.has(p) {
+				out[p] = f
+			}
+		}
+	}
+	return out
 }
 
 // skipBeforeTarget reports whether cm lies before a seek target inside the target's batch

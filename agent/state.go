@@ -243,7 +243,7 @@ func (c *Consumer) closeInner() {
 	inner := c.inner
 	c.setInnerLocked(nil, nil)
 	c.disarmRenewalLocked()
-	dropped := c.dropHeldLocked(time.Time{})
+	dropped := c.dropHeldLocked(time.Time{}, nil)
 	c.dropNacksLocked()
 	c.handed.forget()
 	c.plugged, c.pluggedReal = false, 0
@@ -321,7 +321,7 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 	if err = seek(inner); err == nil {
 		c.mu.Lock()
 		c.setSkips(nil) // filters of an earlier seek no longer apply
-		dropped := c.dropHeldLocked(time.Time{})
+		dropped := c.dropHeldLocked(time.Time{}, nil)
 		c.dropNacksLocked()
 		c.handed.forget()
 		c.mu.Unlock()

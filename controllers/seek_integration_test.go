@@ -2,8 +2,14 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +133,219 @@ func TestSeekToAMissingPartitionFails(t *testing.T) {
 	if p.Consumer.State() != protocol.Running {
 		t.Fatalf("consumer %s after a failed seek", p.Consumer.State())
 	}
+}
+
+// TestPartitionedSeekFailingHalfWay: a seek whose cursor reset fails on one partition after
+// another moved reports the truth (the moved partition with its position, the failed one with
+// the broker's error) and an event; every pod drops what it held of the moved partition only,
+// so nothing from before the target reaches the application and nothing of the other partition
+// is lost; a retry of the failed partition under a new id replays it and nothing else.
+func TestPartitionedSeekFailingHalfWay(t *testing.T) {
+	ns := namespace(t, true)
+	topic := "persistent://public/default/halfway-" + ns
+	adminPut(t, broker.AdminURL()+"/admin/v2/persistent/public/default/halfway-"+ns+"/partitions", "2")
+	admin, failing := failingResets(t, broker.AdminURL(), "halfway-"+ns+"-partition-1/")
+	var pods []*podsim.Pod
+	for i := range 2 {
+		pods = append(pods, startPodWith(t, ns, podsim.Options{Name: fmt.Sprintf("worker-%d", i), Token: testToken,
+			Topic: topic, AdminURL: admin.URL, ProcessingTime: 5 * time.Millisecond})) // a slow downstream: the queues stay full
+	}
+	flow := newFlow(ns, "halfway", topic, subflowv1.StateRunning)
+	create(t, flow)
+	waitFlow(t, flow, "Ready", func(f *subflowv1.SubscriptionFlow) bool { return isTrue(f, subflowv1.ConditionReady) && current(f) })
+
+	const perPartition, target = 200, 150
+	produceToPartitions(t, topic, perPartition, func() { patchFlow(t, flow, `{"spec":{"state":"Paused"}}`) })
+	paused := waitFlow(t, flow, "Paused", func(f *subflowv1.SubscriptionFlow) bool { return isTrue(f, subflowv1.ConditionPaused) && current(f) })
+	if heldTotal(paused) == 0 {
+		t.Fatal("no message held at the pause: the test would prove nothing")
+	}
+
+	patchFlow(t, flow, fmt.Sprintf(`{"spec":{"seek":{"id":"replay","partitions":[{"partition":0,"index":%d},{"partition":1,"index":%d}]}}}`, target, target))
+	partial := waitFlow(t, flow, "the seek to report a partial outcome", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionSeekCompleted)
+		return c != nil && c.Reason == subflowv1.ReasonSeekPartiallyApplied
+	})
+	seek := partial.Status.Seek
+	if len(seek.Positions) != 1 || seek.Positions[0].Partition != 0 || seek.Positions[0].Index != target ||
+		len(seek.FailedPartitions) != 1 || seek.FailedPartitions[0].Partition != 1 || !strings.Contains(seek.FailedPartitions[0].Message, "500") {
+		t.Fatalf("status.seek %+v: want partition 0 moved to %d and partition 1 failed with the broker's 500", seek, target)
+	}
+	if c := condition(partial, subflowv1.ConditionSeekCompleted); !strings.Contains(c.Message, "kubectl subflow seek halfway --retry") {
+		t.Fatalf("SeekCompleted message %q does not say how to finish", c.Message)
+	}
+	waitEvent(t, ns, "halfway", subflowv1.ReasonSeekPartiallyApplied, 1)
+	// Once every agent has heard of the outcome, what each delivers is from the cursors.
+	waitFlow(t, flow, "every agent told of the outcome", func(f *subflowv1.SubscriptionFlow) bool { return current(f) })
+	before := received(pods)
+
+	patchFlow(t, flow, `{"spec":{"state":"Running"}}`)
+	eventually(t, "partition 1 delivered whole, partition 0 from the target", func() bool {
+		got := receivedByPartition(append(before, newSince(pods, before)...))
+		return len(got[1]) == perPartition && containsRange(got[0], target, perPartition)
+	}, func() string { return fmt.Sprintf("%d delivered", len(received(pods))) })
+	for _, payload := range newSince(pods, before) {
+		if p, i := partitionAndIndex(t, payload); p == 0 && i < target {
+			t.Fatalf("%s reached the application after partition 0's cursor moved to %d", payload, target)
+		}
+	}
+
+	// Acks still in the clients' grouping window when a cursor moves make them drop the
+	// replayed copies as duplicates (README, "Seek and grouped acks"): wait for them to land.
+	eventually(t, "every delivered message acknowledged", func() bool {
+		return partitionBacklog(t, "halfway-"+ns, 1) == 0
+	})
+	failing.Store(false)
+	retried := received(pods)
+	patchFlow(t, flow, fmt.Sprintf(`{"spec":{"seek":{"id":"replay-retry","partitions":[{"partition":1,"index":%d}]}}}`, target))
+	waitFlow(t, flow, "the retry to succeed", func(f *subflowv1.SubscriptionFlow) bool { return isTrue(f, subflowv1.ConditionSeekCompleted) })
+	eventually(t, "partition 1 replayed from the target", func() bool {
+		return containsRange(receivedByPartition(newSince(pods, retried))[1], target, perPartition)
+	})
+	for _, payload := range newSince(pods, retried) {
+		if p, i := partitionAndIndex(t, payload); p != 1 || i < target {
+			t.Fatalf("the retry of partition 1 delivered %s", payload)
+		}
+	}
+}
+
+// failingResets is a reverse proxy in front of the admin API that answers 500 to every cursor
+// reset of a path containing failTopic while failing is set, as a broker losing a partition's
+// owner mid-seek would.
+func failingResets(t *testing.T, adminURL, failTopic string) (s *httptest.Server, failing *atomic.Bool) {
+	t.Helper()
+	target, err := url.Parse(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing = &atomic.Bool{}
+	failing.Store(true)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	s = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/resetcursor") && strings.Contains(r.URL.Path, failTopic) {
+			http.Error(w, `{"reason":"the partition's owner went away"}`, http.StatusInternalServerError)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s, failing
+}
+
+// partitionBacklog is the subscription's backlog on one partition, from the admin API.
+func partitionBacklog(t *testing.T, topic string, partition int) int64 {
+	t.Helper()
+	url := fmt.Sprintf("%s/admin/v2/persistent/public/default/%s-partition-%d/stats", broker.AdminURL(), topic, partition)
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var stats struct {
+		Subscriptions map[string]struct {
+			MsgBacklog int64 `json:"msgBacklog"`
+		} `json:"subscriptions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+		t.Fatalf("GET %s: %s: %v", url, resp.Status, err)
+	}
+	return stats.Subscriptions["ingest"].MsgBacklog
+}
+
+func adminPut(t *testing.T, url, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("PUT %s: %s", url, resp.Status)
+	}
+}
+
+// produceToPartitions sends n messages "p<partition>-<index>" to each partition, one entry
+// each, calling midway once a tenth is sent.
+func produceToPartitions(t *testing.T, topic string, n int, midway func()) {
+	t.Helper()
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for p := range 2 {
+		producer, err := client.CreateProducer(pulsar.ProducerOptions{Topic: fmt.Sprintf("%s-partition-%d", topic, p), DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			producer.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "p%d-%d", p, i)}, nil)
+			if p == 1 && i == n/10 {
+				midway()
+			}
+		}
+		if err := producer.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		producer.Close()
+	}
+}
+
+func received(pods []*podsim.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Payloads()...)
+	}
+	return out
+}
+
+// newSince is what the pods received after the snapshot before (per pod, in order).
+func newSince(pods []*podsim.Pod, before []string) []string {
+	seen := map[string]int{}
+	for _, s := range before {
+		seen[s]++
+	}
+	var out []string
+	for _, s := range received(pods) {
+		if seen[s] > 0 {
+			seen[s]--
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func partitionAndIndex(t *testing.T, payload string) (partition, index int) {
+	t.Helper()
+	if _, err := fmt.Sscanf(payload, "p%d-%d", &partition, &index); err != nil {
+		t.Fatalf("payload %q: %v", payload, err)
+	}
+	return partition, index
+}
+
+// receivedByPartition is the distinct indexes received per partition.
+func receivedByPartition(payloads []string) map[int]map[int]bool {
+	out := map[int]map[int]bool{0: {}, 1: {}}
+	for _, s := range payloads {
+		var p, i int
+		if _, err := fmt.Sscanf(s, "p%d-%d", &p, &i); err == nil {
+			out[p][i] = true
+		}
+	}
+	return out
+}
+
+func containsRange(got map[int]bool, from, to int) bool {
+	for i := from; i < to; i++ {
+		if !got[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -278,7 +278,7 @@ func desiredRequest(flow *subflowv1.SubscriptionFlow, eff Effective, revision in
 		Topic: flow.Spec.Topic, State: protocol.State(eff.State)}
 	if seek := flow.Spec.Seek; seek != nil {
 		req.Seek = &protocol.SeekRequest{ID: seek.ID, Index: seek.Index, Execute: execute && !seekFinished(flow),
-			Succeeded: seekSucceeded(flow)}
+			Succeeded: seekSucceeded(flow), MovedPartitions: seekMovedOnly(flow)}
 		for _, p := range seek.Partitions {
 			req.Seek.Partitions = append(req.Seek.Partitions, protocol.PartitionIndex{Partition: p.Partition, Index: p.Index})
 		}
@@ -295,6 +295,20 @@ func seekFinished(flow *subflowv1.SubscriptionFlow) bool {
 // they held from before it; after a failure nothing is dropped.
 func seekSucceeded(flow *subflowv1.SubscriptionFlow) bool {
 	return seekFinished(flow) && flow.Status.Seek.Message == ""
+}
+
+// seekMovedOnly lists the partitions a failed seek moved all the same, so that agents drop
+// what they held of those from before it; nil when it succeeded (Succeeded says so) or moved
+// nothing.
+func seekMovedOnly(flow *subflowv1.SubscriptionFlow) []int32 {
+	if !seekFinished(flow) || flow.Status.Seek.Message == "" {
+		return nil
+	}
+	var moved []int32
+	for _, p := range flow.Status.Seek.Positions {
+		moved = append(moved, p.Partition)
+	}
+	return moved
 }
 
 // seekRunning reports whether the executor is still working on the current seek.
@@ -529,9 +543,13 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 	}
 	if seek := flow.Status.Seek; seek != nil && seek.CompletionTime != nil &&
 		(old.Status.Seek == nil || old.Status.Seek.ID != seek.ID || old.Status.Seek.CompletionTime == nil) {
-		if seek.Message == "" {
+		cond := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionSeekCompleted)
+		switch {
+		case seek.Message == "":
 			r.event(flow, corev1.EventTypeNormal, "SeekCompleted", "Seek %s executed by %s: %s", seek.ID, seek.Executor, describePositions(seek.Positions))
-		} else {
+		case cond != nil && cond.Reason == subflowv1.ReasonSeekPartiallyApplied:
+			r.event(flow, corev1.EventTypeWarning, cond.Reason, "%s", cond.Message)
+		default:
 			r.event(flow, corev1.EventTypeWarning, "SeekFailed", "Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message)
 		}
 	}

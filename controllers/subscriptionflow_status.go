@@ -384,20 +384,35 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			continue
 		}
 		switch o.Status.Seek.State {
-		case protocol.SeekSucceeded:
+		case protocol.SeekSucceeded, protocol.SeekFailed:
 			now := metav1.NewTime(obs.Now)
 			st.CompletionTime = &now
-			for _, p := range o.Status.Seek.Positions {
-				st.Positions = append(st.Positions, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: clip(p.MessageID, 128)})
+			st.Positions, st.FailedPartitions = seekOutcome(o.Status.Seek)
+			if o.Status.Seek.State == protocol.SeekFailed {
+				st.Message = clip(seekFailure(o.Status.Seek), maxAgentText)
 			}
-		case protocol.SeekFailed:
-			now := metav1.NewTime(obs.Now)
-			st.CompletionTime = &now
-			st.Message = clip(seekFailure(o.Status.Seek), maxAgentText)
 		}
 	}
 	return st
 }
+
+// seekOutcome is what a finished seek moved and did not move, whatever its state: a seek of a
+// partitioned topic can fail after some partitions moved. Bounded as the spec's partitions are.
+func seekOutcome(s *protocol.SeekStatus) ([]subflowv1.SeekPosition, []subflowv1.SeekPartitionFailure) {
+	var moved []subflowv1.SeekPosition
+	for _, p := range s.Positions[:min(len(s.Positions), maxSeekPartitions)] {
+		moved = append(moved, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: clip(p.MessageID, 128)})
+	}
+	var failed []subflowv1.SeekPartitionFailure
+	for _, f := range s.Failed[:min(len(s.Failed), maxSeekPartitions)] {
+		failed = append(failed, subflowv1.SeekPartitionFailure{Partition: f.Partition, Index: f.Index, Message: clip(f.Error, 256)})
+	}
+	return moved, failed
+}
+
+// maxSeekPartitions bounds what an agent can make the status hold: spec.seek.partitions has at
+// most this many items.
+const maxSeekPartitions = 1024
 
 func seekFailure(s *protocol.SeekStatus) string {
 	reason := s.Reason
@@ -414,17 +429,25 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 	}
 	seek := st.Seek
 	switch {
-	case seek.CompletionTime != nil && targetChanged(flow.Spec.Seek, seek.Positions):
+	case seek.CompletionTime != nil && targetChanged(flow.Spec.Seek, seek):
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekIDReused,
 			fmt.Sprintf("Seek %s already ran (%s); spec.seek now asks for another target under the same id, which does not "+
 				"run again: give the new target a new seek.id", seek.ID, describePositions(seek.Positions)))
 	case seek.CompletionTime != nil && seek.Message == "":
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionTrue, subflowv1.ReasonSeekSucceeded,
 			fmt.Sprintf("Seek %s executed by %s: %s", seek.ID, seek.Executor, describePositions(seek.Positions)))
+	case seek.CompletionTime != nil && len(seek.Positions) > 0 && len(seek.FailedPartitions) > 0:
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPartiallyApplied,
+			fmt.Sprintf("Seek %s on %s moved %s, but not %s; those are delivered from where they were. "+
+				"To finish, seek them under a new id: kubectl subflow seek %s --retry",
+				seek.ID, seek.Executor, describePositions(seek.Positions), describeFailures(seek.FailedPartitions), flow.Name))
 	case seek.CompletionTime != nil:
 		reason, _, _ := strings.Cut(seek.Message, ":")
-		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, reason,
-			fmt.Sprintf("Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message))
+		message := fmt.Sprintf("Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message)
+		if len(seek.Positions) > 0 {
+			message += "; the cursors moved all the same: " + describePositions(seek.Positions)
+		}
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, reason, message)
 	case seek.Executor == "":
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
 			fmt.Sprintf("Seek %s waits for a reachable pod to execute it", seek.ID))
@@ -437,7 +460,11 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 // targetChanged reports whether spec asks for other indexes than the seek that ran under its
 // id (a seek dropped and added back with the same id and a new index; admission refuses a
 // change in place).
-func targetChanged(spec *subflowv1.SeekSpec, ran []subflowv1.SeekPosition) bool {
+func targetChanged(spec *subflowv1.SeekSpec, seek *subflowv1.SeekStatus) bool {
+	ran := slices.Clone(seek.Positions)
+	for _, f := range seek.FailedPartitions {
+		ran = append(ran, subflowv1.SeekPosition{Partition: f.Partition, Index: f.Index})
+	}
 	if len(ran) == 0 {
 		return false // a failed seek resolved nothing to compare with
 	}
@@ -454,6 +481,14 @@ func targetChanged(spec *subflowv1.SeekSpec, ran []subflowv1.SeekPosition) bool 
 		}
 	}
 	return len(want) != len(ran)
+}
+
+func describeFailures(failures []subflowv1.SeekPartitionFailure) string {
+	parts := make([]string, 0, len(failures))
+	for _, f := range failures {
+		parts = append(parts, fmt.Sprintf("partition %d (index %d: %s)", f.Partition, f.Index, f.Message))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describePositions(positions []subflowv1.SeekPosition) string {

@@ -129,11 +129,14 @@ func startPod(t *testing.T, ns, name, topic, token string) *podsim.Pod {
 	return startPodWith(t, ns, podsim.Options{Name: name, Token: token, Topic: topic})
 }
 
-// startPodWith is startPod with more options; it fills in the test broker and the suite's
-// Shared subscription "ingest" with a queue of 10.
+// startPodWith is startPod with more options; it fills in the test broker (its admin API
+// unless opts names another) and the suite's Shared subscription "ingest" with a queue of 10.
 func startPodWith(t *testing.T, ns string, opts podsim.Options) *podsim.Pod {
 	t.Helper()
-	opts.ServiceURL, opts.AdminURL = broker.ServiceURL(), broker.AdminURL()
+	opts.ServiceURL = broker.ServiceURL()
+	if opts.AdminURL == "" {
+		opts.AdminURL = broker.AdminURL()
+	}
 	opts.Subscription, opts.Type, opts.ReceiverQueueSize = "ingest", pulsar.Shared, 10
 	p, err := podsim.Start(opts)
 	if err != nil {

@@ -162,5 +162,23 @@ func validateSeek(seek *protocol.SeekRequest) error {
 		}
 		seen[p.Partition] = true
 	}
+	return validateMoved(seek, seen)
+}
+
+// validateMoved checks a partial seek's notice: it names partitions of the seek, each once.
+func validateMoved(seek *protocol.SeekRequest, targets map[int32]bool) error {
+	if len(seek.MovedPartitions) > 0 && seek.Succeeded {
+		return errors.New("seek.movedPartitions is for a seek that did not succeed: not with seek.succeeded")
+	}
+	if seek.Index != nil {
+		targets = map[int32]bool{-1: true}
+	}
+	named := map[int32]bool{}
+	for _, p := range seek.MovedPartitions {
+		if !targets[p] || named[p] {
+			return fmt.Errorf("seek.movedPartitions: partition %d is not a target of the seek, or appears twice", p)
+		}
+		named[p] = true
+	}
 	return nil
 }

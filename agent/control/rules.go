@@ -279,18 +279,26 @@ func (rs *rules) heldBy(r *rule, consumers []*agent.Consumer) []protocol.RuleRef
 	return out
 }
 
-// seek handles r's seek (see seekBook.take) and reports it. It never waits for the seek: an
-// executor's seek runs in the background under its own deadline, holding no lock of ours,
-// so pushes keep applying states meanwhile.
-func (rs *rules) seek(r *rule, consumers []*agent.Consumer) *protocol.SeekStatus {
+// takeSeek handles the seek part of r (see seekBook.take): it drops at once what a finished
+// seek made stale, so that a push which also resumes delivers none of it, and tells what
+// startSeek does once the state is applied.
+func (rs *rules) takeSeek(r *rule, consumers []*agent.Consumer) *seekAction {
 	if r.Seek == nil {
 		return nil
 	}
 	rs.mu.Lock()
 	action := rs.seeks.take(r.UID, r.Seek, len(consumers), time.Now())
 	rs.mu.Unlock()
-	if !action.drop.IsZero() {
-		dropHeld(consumers, action.drop)
+	action.drop.apply(consumers)
+	return &action
+}
+
+// startSeek starts the seek takeSeek decided to run, and reports the seek. It never waits for
+// the seek: an executor's seek runs in the background under its own deadline, holding no
+// lock of ours, so pushes keep applying states meanwhile.
+func (rs *rules) startSeek(r *rule, action *seekAction, consumers []*agent.Consumer) *protocol.SeekStatus {
+	if action == nil {
+		return nil
 	}
 	if action.run != nil {
 		go rs.runSeek(action.run, *r.Seek, consumers)
@@ -298,27 +306,19 @@ func (rs *rules) seek(r *rule, consumers []*agent.Consumer) *protocol.SeekStatus
 	return &action.status
 }
 
-// runSeek executes a seek with the first matched consumer. When it succeeded, the pod's other
-// matched consumers drop what they held from before it; then the rules are applied again, as
+// runSeek executes a seek with the first matched consumer. The pod's other matched consumers
+// drop what they held from before it of the partitions it moved; then the rules are applied again, as
 // pushes that came meanwhile may have given up waiting for the seeking consumer.
 func (rs *rules) runSeek(rec *seekRecord, req protocol.SeekRequest, consumers []*agent.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), rs.seekTimeout)
 	status := executeSeek(ctx, &req, consumers[0])
 	cancel()
 	rs.mu.Lock()
-	dropBefore := rs.seeks.finish(rec, status)
+	drop := rs.seeks.finish(rec, status)
 	rs.pruneSeeksLocked()
 	rs.mu.Unlock()
-	if !dropBefore.IsZero() {
-		dropHeld(consumers[1:], dropBefore)
-	}
+	drop.apply(consumers[1:])
 	rs.applyInBackground()
-}
-
-func dropHeld(consumers []*agent.Consumer, before time.Time) {
-	for _, c := range consumers {
-		c.DropHeld(before)
-	}
 }
 
 // summary lists every rule, for GET /state.

@@ -44,7 +44,23 @@ func newSeekBook() *seekBook { return &seekBook{records: map[seekKey]*seekRecord
 type seekAction struct {
 	status protocol.SeekStatus
 	run    *seekRecord // start this seek in the background
-	drop   time.Time   // drop held messages taken at or before this time (zero: none)
+	drop   heldDrop
+}
+
+// heldDrop asks to drop the held messages taken at or before a time (zero: none) of some
+// partitions (nil: all): those from before a seek, on the partitions it moved.
+type heldDrop struct {
+	before     time.Time
+	partitions []int32
+}
+
+func (d heldDrop) apply(consumers []*agent.Consumer) {
+	if d.before.IsZero() {
+		return
+	}
+	for _, c := range consumers {
+		c.DropHeldOf(d.before, d.partitions)
+	}
 }
 
 // take records the seek part of a push and decides what to do:
@@ -52,11 +68,12 @@ type seekAction struct {
 //     lock before the seek starts, so concurrent pushes see it running);
 //   - any other push only notes the announcement, dropping nothing;
 //   - a push saying the seek succeeded makes an agent that did not run it drop the messages
-//     it held from before the announcement, once. An agent that first hears of the seek
-//     through that notice keeps what it holds: it cannot tell old messages from new ones.
+//     it held from before the announcement, once; a push saying it moved only some
+//     partitions, the messages of those. An agent that first hears of the seek through that
+//     notice keeps what it holds: it cannot tell old messages from new ones.
 //
-// A failed seek drops nothing anywhere: the executor's consumer kept its messages (nothing
-// moved) and the others were never told it succeeded.
+// A seek that moved nothing drops nothing anywhere: the executor's consumer is delivered
+// from the unchanged cursors and the others were never told a cursor moved.
 func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, now time.Time) seekAction {
 	key := seekKey{uid: uid, id: req.ID}
 	rec, known := b.records[key]
@@ -67,12 +84,15 @@ func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, no
 	}
 	var action seekAction
 	switch {
-	case req.Succeeded:
+	case req.Succeeded || len(req.MovedPartitions) > 0:
 		if rec.executor {
 			break // its own run drops what the pod's other consumers held (finish)
 		}
 		if !rec.settled && known {
-			action.drop = rec.announced
+			action.drop = heldDrop{before: rec.announced}
+			if !req.Succeeded {
+				action.drop.partitions = req.MovedPartitions
+			}
 		}
 		rec.settled = true
 	case req.Execute && !rec.executor && !rec.settled:
@@ -88,15 +108,28 @@ func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, no
 	return action
 }
 
-// finish stores the result of a seek this agent ran and tells since when its other matched
-// consumers hold messages from before it (zero when the seek failed).
-func (b *seekBook) finish(rec *seekRecord, status protocol.SeekStatus) (dropBefore time.Time) {
+// finish stores the result of a seek this agent ran and tells which messages its other
+// matched consumers hold from before it: none when no cursor moved.
+func (b *seekBook) finish(rec *seekRecord, status protocol.SeekStatus) heldDrop {
 	rec.status = status
-	if status.State != protocol.SeekSucceeded || rec.settled {
-		return time.Time{}
+	succeeded := status.State == protocol.SeekSucceeded
+	if rec.settled || (!succeeded && len(status.Positions) == 0) {
+		return heldDrop{}
 	}
 	rec.settled = true
-	return rec.announced
+	drop := heldDrop{before: rec.announced}
+	if !succeeded {
+		drop.partitions = movedPartitions(status.Positions)
+	}
+	return drop
+}
+
+func movedPartitions(positions []protocol.SeekPosition) []int32 {
+	out := make([]int32, 0, len(positions))
+	for _, p := range positions {
+		out = append(out, p.Partition)
+	}
+	return out
 }
 
 // prune keeps the records of live seeks and running ones, and the seekHistory newest others.
@@ -132,13 +165,22 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer *agen
 		targets = []protocol.PartitionIndex{{Partition: -1, Index: *seek.Index}}
 	}
 	result, err := consumer.SeekPartitionsByIndex(ctx, targets)
+	var status protocol.SeekStatus
 	switch {
+	case err == nil:
+		status = protocol.SeekStatus{ID: seek.ID, State: protocol.SeekSucceeded}
+	case errors.Is(err, agent.ErrSeekPartial):
+		status = failed(seek.ID, protocol.SeekPartiallyApplied, err.Error())
 	case errors.Is(err, agent.ErrIndexMetadataDisabled):
-		return failed(seek.ID, "IndexMetadataDisabled", err.Error())
+		status = failed(seek.ID, "IndexMetadataDisabled", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return failed(seek.ID, "SeekTimedOut", err.Error())
-	case err != nil:
-		return failed(seek.ID, "SeekFailed", err.Error())
+		status = failed(seek.ID, "SeekTimedOut", err.Error())
+	default:
+		status = failed(seek.ID, "SeekFailed", err.Error())
 	}
-	return protocol.SeekStatus{ID: seek.ID, State: protocol.SeekSucceeded, Positions: result.Positions}
+	if result != nil {
+		// The truth whatever the outcome: which cursors moved, and which did not.
+		status.Positions, status.Failed = result.Positions, result.Failed
+	}
+	return status
 }

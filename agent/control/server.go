@@ -266,8 +266,9 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		return
 	}
 	s.agent.MarkSynced()
-	s.apply(r.Context(), rl.key)
 	consumers := s.rules.matched(rl)
+	seek := s.rules.takeSeek(rl, consumers)
+	s.apply(r.Context(), rl.key)
 	var watched []watchKey
 	if req.ReportBacklog {
 		watched = backlogKeys(rl, consumers)
@@ -277,7 +278,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		Pod:             s.agent.Name(),
 		AppliedRevision: req.Revision,
 		Consumers:       statuses(consumers),
-		Seek:            s.rules.seek(rl, consumers),
+		Seek:            s.rules.startSeek(rl, seek, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
 		HeldBy:          s.rules.heldBy(rl, consumers),
 		Backlog:         s.backlog.latest(watched),

@@ -166,6 +166,9 @@ func TestBadRequestsAreRefusedWithJSONErrors(t *testing.T) {
 		{"seek with index and partitions", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":3,"partitions":[{"partition":0,"index":1}]}`), "exactly one of index or partitions"},
 		{"negative index", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":-3}`), "must not be negative"},
 		{"duplicate partition", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1},{"partition":0,"index":2}]}`), "appears twice"},
+		{"moved partition not a target", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"movedPartitions":[3]}`), "not a target of the seek"},
+		{"moved partition twice", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1},{"partition":1,"index":1}],"movedPartitions":[0,0]}`), "appears twice"},
+		{"moved and succeeded", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"succeeded":true,"movedPartitions":[0]}`), "not with seek.succeeded"},
 		{"oversized body", flowBody(1, protocol.Paused, `,"topic2":"`+strings.Repeat("x", 2000)+`"`), "larger than 1024 bytes"},
 	}
 	for _, tt := range tests {

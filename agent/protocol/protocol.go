@@ -88,6 +88,10 @@ type SeekRequest struct {
 	// that did not execute it drop the messages it held from before the seek was announced to
 	// it (the broker redelivers from the new cursor). Announcing a seek changes nothing.
 	Succeeded bool `json:"succeeded,omitempty"`
+	// MovedPartitions is set instead of Succeeded when the executor's seek moved only some
+	// partitions' cursors (SeekStatus.Failed names the others): an agent that did not execute
+	// it drops what it held of these partitions only.
+	MovedPartitions []int32 `json:"movedPartitions,omitempty"`
 }
 
 // PartitionIndex is a target index on one partition.
@@ -226,7 +230,9 @@ const (
 	SeekRunning SeekState = "Running"
 	// SeekSucceeded means the cursors moved; Positions tells where.
 	SeekSucceeded SeekState = "Succeeded"
-	// SeekFailed means nothing moved; Reason and Error tell why.
+	// SeekFailed means the seek did not complete; Reason and Error tell why. Positions names
+	// the partitions whose cursor moved all the same (reason SeekPartiallyApplied: a partitioned
+	// seek whose resets failed on the partitions Failed names); usually none did.
 	SeekFailed SeekState = "Failed"
 	// SeekObserved means the agent is not the executor: it noted the announcement and drops
 	// what it held from before it once told the seek succeeded.
@@ -238,9 +244,21 @@ type SeekStatus struct {
 	ID        string         `json:"id"`
 	State     SeekState      `json:"state"`
 	Positions []SeekPosition `json:"positions,omitempty"`
+	// Failed lists the partitions whose cursor did not move, and why.
+	Failed []PartitionFailure `json:"failed,omitempty"`
 	// Reason is a stable CamelCase cause when State is Failed (e.g. IndexMetadataDisabled).
 	Reason string `json:"reason,omitempty"`
 	Error  string `json:"error,omitempty"`
+}
+
+// SeekPartiallyApplied is the Reason of a failed seek that moved some partitions and not others.
+const SeekPartiallyApplied = "SeekPartiallyApplied"
+
+// PartitionFailure is a partition whose cursor a seek did not move.
+type PartitionFailure struct {
+	Partition int32  `json:"partition"`
+	Index     int64  `json:"index"`
+	Error     string `json:"error"`
 }
 
 // SeekPosition is where one partition's cursor was put.

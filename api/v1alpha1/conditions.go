@@ -62,6 +62,9 @@ const (
 	ReasonSeekPending = "SeekPending"
 	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error.
 	ReasonSeekFailed = "SeekFailed"
+	// ReasonSeekPartiallyApplied (SeekCompleted=False): a partitioned seek moved some
+	// partitions' cursors and not the others (status.seek.failedPartitions).
+	ReasonSeekPartiallyApplied = "SeekPartiallyApplied"
 	// ReasonSeekIDReused (SeekCompleted=False): spec.seek names the id of a seek that already
 	// ran with another target; it does not run again.
 	ReasonSeekIDReused = "SeekIDReused"

@@ -346,11 +346,28 @@ type SeekStatus struct {
 	// completionTime is when the seek finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
-	// positions are the resolved positions per partition.
+	// positions are where the cursors moved, per partition. A failed seek lists the partitions
+	// it moved all the same (a partitioned seek can fail half way: see failedPartitions).
 	// +optional
 	// +listType=atomic
 	Positions []SeekPosition `json:"positions,omitempty"`
+	// failedPartitions are the partitions whose cursor the seek did not move, and why: their
+	// messages are delivered from where they were. Seek them under a new id to finish.
+	// +optional
+	// +listType=atomic
+	FailedPartitions []SeekPartitionFailure `json:"failedPartitions,omitempty"`
 	// message explains a failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SeekPartitionFailure is a partition whose cursor a seek did not move.
+type SeekPartitionFailure struct {
+	// partition is the partition number.
+	Partition int32 `json:"partition"`
+	// index requested.
+	Index int64 `json:"index"`
+	// message is the error.
 	// +optional
 	Message string `json:"message,omitempty"`
 }

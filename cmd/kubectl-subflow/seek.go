@@ -29,20 +29,32 @@ func (p *plugin) seekCommand() *cobra.Command {
 		index      int64
 		id         string
 		partitions []string
+		retry      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "seek NAME (--index N | --partition P=N ...) [--id ID]",
+		Use:   "seek NAME (--index N | --partition P=N ... | --retry) [--id ID]",
 		Short: "Ask for a one-shot seek of the subscription to a broker-entry index (spec.seek)",
 		Long: `Set spec.seek: the message with broker-entry index N is the next one delivered (an index
 below the first entry means earliest, at or past the end means latest). A seek runs once per id;
 without --id a new one is generated. Use --index for a non-partitioned topic, or --partition P=N
-once per partition of a partitioned topic (spec.topic must name it).`,
+once per partition of a partitioned topic (spec.topic must name it).
+
+A partitioned seek can fail half way: the partitions it moved stay moved, and status.seek lists
+the others under failedPartitions. --retry seeks those again, to the same indexes, under a new
+id, so that no partition is replayed twice.`,
 		Example: "  kubectl subflow seek orders-ingest --index 120034\n" +
-			"  kubectl subflow seek orders-ingest --partition 0=5000 --partition 1=7100 --id replay-2026-11-29",
+			"  kubectl subflow seek orders-ingest --partition 0=5000 --partition 1=7100 --id replay-2026-11-29\n" +
+			"  kubectl subflow seek orders-ingest --retry",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := oneName(args)
 			if err != nil {
 				return err
+			}
+			if retry {
+				if cmd.Flags().Changed("index") || len(partitions) > 0 {
+					return errors.New("--retry seeks the partitions the last seek did not move: give it without --index or --partition")
+				}
+				return p.retrySeek(cmd, name, id)
 			}
 			seek, err := seekRequest(cmd.Flags().Changed("index"), index, partitions, id, p.now)
 			if err != nil {
@@ -54,7 +66,47 @@ once per partition of a partitioned topic (spec.topic must name it).`,
 	cmd.Flags().Int64Var(&index, "index", 0, "target broker-entry index on a non-partitioned topic")
 	cmd.Flags().StringArrayVar(&partitions, "partition", nil, "P=N: target index N on partition P (repeat per partition)")
 	cmd.Flags().StringVar(&id, "id", "", "seek id; a new id asks for a new seek (default: generated)")
+	cmd.Flags().BoolVar(&retry, "retry", false, "seek again the partitions the last seek did not move (status.seek.failedPartitions)")
 	return cmd
+}
+
+// retrySeek asks for the partitions the flow's last seek did not move, under a new id.
+func (p *plugin) retrySeek(cmd *cobra.Command, name, id string) error {
+	c, namespace, err := p.connect()
+	if err != nil {
+		return err
+	}
+	var flow subflowv1.SubscriptionFlow
+	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
+		return err
+	}
+	seek, err := retryRequest(flow.Status.Seek, id, p.now)
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", resourceName, name, err)
+	}
+	return p.requestSeek(cmd, name, seek)
+}
+
+// retryRequest is spec.seek for the partitions a finished seek did not move.
+func retryRequest(last *subflowv1.SeekStatus, id string, now func() time.Time) (*subflowv1.SeekSpec, error) {
+	switch {
+	case last == nil:
+		return nil, errors.New("no seek has run: nothing to retry")
+	case last.CompletionTime == nil:
+		return nil, fmt.Errorf("seek %s has not finished yet: follow it with kubectl subflow status", last.ID)
+	case len(last.FailedPartitions) == 0 && last.Message == "":
+		return nil, fmt.Errorf("seek %s moved every partition: nothing to retry", last.ID)
+	case len(last.FailedPartitions) == 0:
+		return nil, fmt.Errorf("seek %s failed before it moved a cursor (%s): ask for it again with a new --id", last.ID, last.Message)
+	}
+	if id == "" {
+		id = generatedSeekID(now())
+	}
+	seek := &subflowv1.SeekSpec{ID: id}
+	for _, f := range last.FailedPartitions {
+		seek.Partitions = append(seek.Partitions, subflowv1.PartitionIndex{Partition: f.Partition, Index: f.Index})
+	}
+	return seek, nil
 }
 
 // seekRequest validates the flags and builds spec.seek.
