@@ -1,8 +1,8 @@
 package agent
 
 import (
-	"maps"
 	"context"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -61,8 +61,8 @@ type gate struct {
 	dropPlugged bool
 	// dropPluggedOf narrows dropPlugged to these partitions (nil: every one).
 	dropPluggedOf partitionSet
-	phase       gatePhase
-	changed     chan struct{} // closed and replaced whenever the phase changes
+	phase         gatePhase
+	changed       chan struct{} // closed and replaced whenever the phase changes
 	// takers counts goroutines that may take from src or hold a message in hand; closing
 	// waits for it to drop to zero.
 	takers int

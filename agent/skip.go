@@ -1,8 +1,8 @@
 package agent
 
 import (
-	"maps"
 	"github.com/apache/pulsar-client-go/pulsar"
+	"maps"
 )
 
 // The seek filter.

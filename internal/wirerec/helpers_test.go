@@ -14,8 +14,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/subflow-dev/subflow/internal/pulsartest"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/pulsartest"
 )
 
 const waitFor = 20 * time.Second
