@@ -34,7 +34,7 @@ func TestPauseWithholdsFlowAndHoldsMessages(t *testing.T) {
 		w := newWorld(t)
 		topic, name := uniqueTopic(t), "app-"+lang
 		producer := newClient(t, w.url)
-		sent := produce(t, producer, topic, "m", 0, 40)
+		sent := produceUnbatched(t, producer, topic, "m", 0, 40)
 
 		pauseOnSubscribe(w.sidecar, name)
 		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Exclusive", queue: 10})
@@ -54,7 +54,7 @@ func TestPauseWithholdsFlowAndHoldsMessages(t *testing.T) {
 		setState(t, c, protocol.Paused)
 		mark := w.rec.Mark()
 		deliveredAtPause := c.Counts().Delivered
-		during := produce(t, producer, topic, "m", 40, 80)
+		during := produceUnbatched(t, producer, topic, "m", 40, 80)
 		eventually(t, "messages sent under earlier permits to be held", func() bool { return c.Counts().Held > 0 })
 		onWire.Since = mark
 		if permits := w.rec.Permits(onWire); permits != 0 {

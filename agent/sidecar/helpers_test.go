@@ -144,7 +144,20 @@ func subscribe(t *testing.T, c pulsar.Client, opts pulsar.ConsumerOptions) pulsa
 // lets a batching producer group them.
 func produce(t *testing.T, c pulsar.Client, topic, prefix string, from, to int) []string {
 	t.Helper()
-	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	return produceWith(t, c, pulsar.ProducerOptions{Topic: topic}, prefix, from, to)
+}
+
+// produceUnbatched sends one entry per message, so that the broker's dispatch follows the
+// permits message by message.
+func produceUnbatched(t *testing.T, c pulsar.Client, topic, prefix string, from, to int) []string {
+	t.Helper()
+	return produceWith(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true}, prefix, from, to)
+}
+
+func produceWith(t *testing.T, c pulsar.Client, opts pulsar.ProducerOptions, prefix string, from, to int) []string {
+	t.Helper()
+	topic := opts.Topic
+	p, err := c.CreateProducer(opts)
 	if err != nil {
 		t.Fatalf("create producer on %s: %v", topic, err)
 	}

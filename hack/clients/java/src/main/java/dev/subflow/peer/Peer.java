@@ -9,6 +9,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
@@ -22,6 +23,8 @@ import org.apache.pulsar.client.api.SubscriptionType;
  * --name, --queue (receiver queue size).
  */
 public final class Peer {
+  private static volatile boolean closing;
+
   public static void main(String[] args) throws Exception {
     Map<String, String> flags = parse(args);
     PulsarClient client = PulsarClient.builder().serviceUrl(flags.get("url")).build();
@@ -37,8 +40,16 @@ public final class Peer {
             .subscribe();
     exitWhenStdinCloses(consumer, client);
     emit("{\"event\":\"ready\"}");
-    while (true) {
-      Message<byte[]> msg = consumer.receive(1, TimeUnit.SECONDS);
+    while (!closing) {
+      Message<byte[]> msg;
+      try {
+        msg = consumer.receive(1, TimeUnit.SECONDS);
+      } catch (PulsarClientException e) {
+        if (closing) {
+          return; // standard input closed: the consumer is being closed
+        }
+        throw e;
+      }
       if (msg == null) {
         continue;
       }
@@ -62,6 +73,7 @@ public final class Peer {
               } catch (IOException ignored) {
                 // closed either way
               }
+              closing = true;
               try {
                 consumer.close();
                 client.close();
