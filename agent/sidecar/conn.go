@@ -400,8 +400,8 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 		}
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		c.assignedBroker(unknownString(cmd.GetCloseConsumer(), fieldCloseAssignedBrokerURL))
-		if cons := c.consumer(cmd.GetCloseConsumer().GetConsumerId()); cons != nil {
-			cons.brokerClosed()
+		if cons := c.consumer(cmd.GetCloseConsumer().GetConsumerId()); cons != nil && !cons.brokerClosed() {
+			return nil
 		}
 	case pb.BaseCommand_LOOKUP_RESPONSE:
 		return c.toClient.write(false, c.routeLookup(f.raw, cmd))

@@ -38,6 +38,15 @@ import (
 //   - back to Running, the broker is granted what the client is owed:
 //     clientCredit - held - brokerCredit (the FLOWs withheld, and after a re-subscribe all of
 //     the client's credit, as a new broker-side consumer starts with none).
+//
+// Strict pause (Options.StrictPause) adds a client side: detached means the sidecar closed
+// the client's consumer and waits for the client to subscribe again, which it does after
+// dropping its receiver queue. That SUBSCRIBE is answered by the sidecar, not forwarded: the
+// broker-side consumer stays (Key_Shared ranges, Failover ownership). While detached nothing
+// is forwarded to the client, and its credit starts over at the new SUBSCRIBE; redeliver
+// then records that the client dropped messages the broker still counts as delivered to
+// this consumer, so on Running the broker is asked to deliver them again (and what was held
+// is dropped, as it comes again with them).
 type Consumer struct {
 	conn                            *conn
 	id                              uint64
@@ -53,6 +62,8 @@ type Consumer struct {
 	side                       side
 	sideChanged                chan struct{} // closed and replaced whenever side changes
 	clientResubscribes         bool          // the broker closed the consumer: the client subscribes again itself
+	detached                   bool          // strict pause: the client's consumer was closed by the sidecar
+	redeliver                  bool          // strict pause: the client dropped what it had been sent
 	clientCredit, brokerCredit int64
 	held                       []heldMessage
 	heldCount                  int64
@@ -127,6 +138,9 @@ func (c *Consumer) SetState(ctx context.Context, state protocol.State, generatio
 	}
 	c.desired, c.generation = state, generation
 	err := c.driveLocked()
+	if err == nil && state == protocol.Paused && c.conn.s.opts.StrictPause {
+		err = c.detachLocked()
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil // the connection is failing; the consumer ends with it
@@ -187,6 +201,9 @@ func (c *Consumer) sideSettledLocked(state protocol.State) bool {
 	if state == protocol.Stopped {
 		return c.side == absent
 	}
+	if c.detached {
+		return false // strict pause: the client has not dropped its queue yet
+	}
 	// Not subscribed yet, or the client subscribes again itself: its SUBSCRIBE will meet
 	// the state set now.
 	return c.side == subscribed || c.sub == nil || c.clientResubscribes
@@ -197,11 +214,42 @@ func (c *Consumer) setSideLocked(s side) {
 		return
 	}
 	c.side = s
-	close(c.sideChanged)
-	c.sideChanged = make(chan struct{})
+	c.changedLocked()
 	if s != subscribed {
 		c.brokerCredit = 0
 	}
+}
+
+// changedLocked wakes the SetState calls waiting for the consumer to settle.
+func (c *Consumer) changedLocked() {
+	close(c.sideChanged)
+	c.sideChanged = make(chan struct{})
+}
+
+// detachLocked closes the client's consumer, not the broker's, so that the client drops its
+// receiver queue and subscribes again (strict pause). A consumer the client has not
+// subscribed yet has nothing buffered.
+func (c *Consumer) detachLocked() error {
+	if c.detached || c.sub == nil || c.clientResubscribes {
+		return nil
+	}
+	c.detached = true
+	c.changedLocked()
+	return c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID()))
+}
+
+// reattachLocked answers the SUBSCRIBE of a detached client: its consumer starts a new
+// session on the client's side while the broker's goes on.
+func (c *Consumer) reattachLocked(requestID uint64) error {
+	c.detached = false
+	c.clientResubscribes = false // the broker may have closed its side meanwhile: drive subscribes again
+	c.clientCredit = 0
+	c.redeliver = c.side != absent
+	c.changedLocked()
+	if err := c.conn.toClient.write(true, successCommand(requestID)); err != nil {
+		return err
+	}
+	return c.driveLocked()
 }
 
 // driveLocked takes the step toward the desired state that the broker side allows now.
@@ -211,7 +259,7 @@ func (c *Consumer) driveLocked() error {
 		return c.closeOnBrokerLocked()
 	case c.desired != protocol.Stopped && c.side == absent && c.sub != nil && !c.clientResubscribes:
 		return c.subscribeAgainLocked()
-	case c.desired == protocol.Running && c.side == subscribed:
+	case c.desired == protocol.Running && c.side == subscribed && !c.detached:
 		return c.openLocked()
 	}
 	return nil
@@ -220,6 +268,15 @@ func (c *Consumer) driveLocked() error {
 // openLocked hands the held messages to the client, then grants the broker what the client
 // is owed.
 func (c *Consumer) openLocked() error {
+	if c.redeliver {
+		// The client dropped messages the broker still counts as this consumer's: ask for
+		// all of them again; what was held comes again with them.
+		c.redeliver = false
+		c.dropHeldLocked(time.Time{})
+		if err := c.conn.toBroker.write(true, redeliverAllCommand(c.id)); err != nil {
+			return err
+		}
+	}
 	if len(c.held) > 0 {
 		frames := make([][]byte, len(c.held))
 		for i, h := range c.held {
@@ -294,6 +351,9 @@ func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sub = proto.Clone(sub).(*pb.CommandSubscribe)
+	if c.detached {
+		return c.reattachLocked(sub.GetRequestId())
+	}
 	c.clientResubscribes = false
 	if c.side == absent {
 		c.clientCredit = 0
@@ -320,6 +380,9 @@ func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
 func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.detached {
+		return nil // from the client's closed session; its new SUBSCRIBE starts over
+	}
 	c.clientCredit += int64(permits)
 	if c.desired != protocol.Running || c.side != subscribed {
 		return nil
@@ -337,7 +400,7 @@ func (c *Consumer) brokerMessage(raw []byte, n int64) error {
 		return nil
 	}
 	c.brokerCredit -= n
-	if c.desired == protocol.Running {
+	if c.desired == protocol.Running && !c.detached {
 		c.clientCredit -= n
 		c.delivered += n
 		return c.conn.toClient.write(false, raw)
@@ -350,13 +413,19 @@ func (c *Consumer) brokerMessage(raw []byte, n int64) error {
 
 // brokerClosed notes a broker-initiated CLOSE_CONSUMER (unload, seek, a sibling's reset),
 // which goes on to the client: it subscribes again itself, on this connection and with this
-// id. What was held returns to the broker with the close.
-func (c *Consumer) brokerClosed() {
+// id. What was held returns to the broker with the close. A detached client (strict pause)
+// is subscribing again already and is not told.
+func (c *Consumer) brokerClosed() (forward bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropHeldLocked(time.Time{})
-	c.clientResubscribes = true
 	c.setSideLocked(absent)
+	if c.detached {
+		c.redeliver = false
+		return false
+	}
+	c.clientResubscribes = true
+	return true
 }
 
 // clientClose ends the consumer: its CLOSE_CONSUMER goes to the broker when the broker has
@@ -391,8 +460,7 @@ func (c *Consumer) end() {
 		c.ended = true
 		c.dropHeldLocked(time.Time{})
 		c.setSideLocked(absent)
-		close(c.sideChanged) // wake waiters for good
-		c.sideChanged = make(chan struct{})
+		c.changedLocked() // wake waiters for good
 	}
 	c.mu.Unlock()
 	c.conn.s.removed(c)

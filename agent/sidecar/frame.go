@@ -136,6 +136,11 @@ func closeConsumerCommand(consumerID, requestID uint64) []byte {
 		CloseConsumer: &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(requestID)}})
 }
 
+func redeliverAllCommand(consumerID uint64) []byte {
+	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
+		RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(consumerID)}})
+}
+
 func successCommand(requestID uint64) []byte {
 	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(),
 		Success: &pb.CommandSuccess{RequestId: proto.Uint64(requestID)}})

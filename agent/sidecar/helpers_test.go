@@ -306,7 +306,7 @@ type peer struct {
 
 type peerOptions struct {
 	topic, subscription, name, subType string
-	queue                              int
+	queue, delayMs                     int
 }
 
 var (
@@ -372,7 +372,7 @@ func startPeer(t *testing.T, lang, url string, o peerOptions) *peer {
 		o.queue = 1000
 	}
 	argv := append(peerCommand(t, lang), "--url", url, "--topic", o.topic, "--subscription", o.subscription,
-		"--type", o.subType, "--name", o.name, "--queue", fmt.Sprint(o.queue))
+		"--type", o.subType, "--name", o.name, "--queue", fmt.Sprint(o.queue), "--delay-ms", fmt.Sprint(o.delayMs))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = repoRoot()
 	stdin, err := cmd.StdinPipe()

@@ -51,6 +51,13 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// DialTimeout bounds connecting to a broker; zero means DefaultDialTimeout.
 	DialTimeout time.Duration
+	// StrictPause makes a pause take back what the client had buffered: the sidecar closes
+	// the client's consumer (a CLOSE_CONSUMER, as a broker sends on an unload) without closing
+	// it on the broker, the client drops its receiver queue and subscribes again, and the
+	// sidecar answers that SUBSCRIBE itself. SetState(Paused) returns once the client has
+	// subscribed again; on Running the broker is asked to redeliver the consumer's
+	// unacknowledged messages. See docs/sidecar.md for what each client still hands over.
+	StrictPause bool
 	// Name is what the sidecar reports for itself (the pod name).
 	Name string
 	// Logger receives structured logs.

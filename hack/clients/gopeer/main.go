@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 )
@@ -27,14 +28,16 @@ func main() {
 	subType := flag.String("type", "Shared", "Exclusive|Shared|Failover|Key_Shared")
 	name := flag.String("name", "", "consumer name")
 	queue := flag.Int("queue", 1000, "receiver queue size")
+	delayMs := flag.Int("delay-ms", 0, "time the application spends on each message, after reporting it and before acknowledging it")
 	flag.Parse()
-	if err := run(*url, *topic, *subscription, *subType, *name, *queue); err != nil {
+	delay := time.Duration(*delayMs) * time.Millisecond
+	if err := run(*url, *topic, *subscription, *subType, *name, *queue, delay); err != nil {
 		fmt.Fprintln(os.Stderr, "gopeer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, topic, subscription, subType, name string, queue int) error {
+func run(url, topic, subscription, subType, name string, queue int, delay time.Duration) error {
 	typ, ok := subTypes[subType]
 	if !ok {
 		return fmt.Errorf("unknown subscription type %q", subType)
@@ -62,6 +65,7 @@ func run(url, topic, subscription, subType, name string, queue int) error {
 			return nil // stdin closed
 		}
 		out.emit(map[string]string{"event": "message", "value": string(msg.Payload()), "id": msg.ID().String()})
+		time.Sleep(delay) // the application's work on the message
 		_ = consumer.Ack(msg)
 	}
 }

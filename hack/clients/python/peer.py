@@ -4,7 +4,8 @@ application receives and acknowledges it. It ends when its standard input closes
 test that started it never leaves it behind.
 
 Flags: --url, --topic, --subscription, --type (Exclusive|Shared|Failover|Key_Shared), --name,
---queue (receiver queue size).
+--queue (receiver queue size), --delay-ms (time the application spends on each message, after
+reporting it and before acknowledging it).
 """
 
 import argparse
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pulsar
 
@@ -40,6 +42,7 @@ def main():
     p.add_argument("--type", default="Shared")
     p.add_argument("--name", default=None)
     p.add_argument("--queue", type=int, default=1000)
+    p.add_argument("--delay-ms", type=int, default=0)
     args = p.parse_args()
 
     client = pulsar.Client(args.url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
@@ -60,6 +63,8 @@ def main():
         except pulsar.Timeout:
             continue
         emit(lock, {"event": "message", "value": msg.data().decode("utf-8"), "id": str(msg.message_id())})
+        if args.delay_ms:
+            time.sleep(args.delay_ms / 1000)
         consumer.acknowledge(msg)
 
 

@@ -20,7 +20,8 @@ import org.apache.pulsar.client.api.SubscriptionType;
  * its standard input closes, so that the test that started it never leaves it behind.
  *
  * <p>Flags: --url, --topic, --subscription, --type (Exclusive|Shared|Failover|Key_Shared),
- * --name, --queue (receiver queue size).
+ * --name, --queue (receiver queue size), --delay-ms (time the application spends on each message,
+ * after reporting it and before acknowledging it).
  */
 public final class Peer {
   private static volatile boolean closing;
@@ -39,6 +40,7 @@ public final class Peer {
             .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
             .subscribe();
     exitWhenStdinCloses(consumer, client);
+    long delayMs = Long.parseLong(flags.getOrDefault("delay-ms", "0"));
     emit("{\"event\":\"ready\"}");
     while (!closing) {
       Message<byte[]> msg;
@@ -59,6 +61,9 @@ public final class Peer {
               + ",\"id\":"
               + quote(msg.getMessageId().toString())
               + "}");
+      if (delayMs > 0) {
+        Thread.sleep(delayMs);
+      }
       consumer.acknowledge(msg);
     }
   }

@@ -1,0 +1,59 @@
+package sidecar
+
+import (
+	"testing"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
+)
+
+// strictLeakBound is what each client may still hand its application after a strict pause
+// returned: pulsar-client-go clears its receiver queue on a reconnect but not the consumer's
+// message channel (10 by default, consumer_partition.go, clearQueueCh) and the message its
+// dispatcher is handing over; the Java client and the C++ client under Python clear
+// everything they buffered (ConsumerImpl.connectionOpened, clearReceiverQueue).
+var strictLeakBound = map[string]int{"go": 11, "java": 0, "python": 0}
+
+// Strict pause, for each client, with a slow application and a full receiver queue: once
+// SetState(Paused) returns, the application gets no more than the client's bound, the broker
+// keeps the consumer (no CLOSE_CONSUMER, no new SUBSCRIBE on the broker side) and gets no
+// FLOW; resumed, every message arrives, those the client dropped delivered again.
+func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		w := newWorld(t, Options{StrictPause: true})
+		topic, name := uniqueTopic(t), "app-"+lang
+		producer := newClient(t, w.url)
+		sent := produceUnbatched(t, producer, topic, "m", 0, 100)
+		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Failover", queue: 50, delayMs: 20})
+		c := consumerNamed(t, w.sidecar, "s", name)
+		eventually(t, "the application to start on the backlog", func() bool { return app.count() >= 3 })
+
+		mark := w.rec.Mark()
+		setState(t, c, protocol.Paused)
+		atPause := app.count()
+		eventually(t, "the client to subscribe again and ask for permits", func() bool { return c.Counts().Owed > 0 })
+		onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
+		if permits := w.rec.Permits(onWire); permits != 0 {
+			t.Errorf("%d permits reached the broker during the strict pause", permits)
+		}
+		if closes := w.rec.Events(onWire, pb.BaseCommand_CLOSE_CONSUMER); len(closes) > 0 {
+			t.Errorf("the broker-side consumer was closed: %+v", closes)
+		}
+		if subs := w.rec.Consumers(onWire); len(subs) > 0 {
+			t.Errorf("the client's SUBSCRIBE reached the broker: %+v", subs)
+		}
+		sent = append(sent, produceUnbatched(t, producer, topic, "m", 100, 120)...)
+		late := app.count() - atPause
+		if late > strictLeakBound[lang] {
+			t.Errorf("the application received %d messages after the strict pause returned; %s's bound is %d", late, lang, strictLeakBound[lang])
+		}
+		t.Logf("%s: %d received before the pause, %d after it returned (bound %d), %d held", lang, atPause, late, strictLeakBound[lang], c.Counts().Held)
+
+		setState(t, c, protocol.Running)
+		if n := len(w.rec.Events(onWire, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)); n != 1 {
+			t.Errorf("%d redelivery requests on resume, want 1", n)
+		}
+		eventually(t, "every message to reach the application after resume", func() bool { return len(missing(sent, app.messages())) == 0 })
+	})
+}
