@@ -1,8 +1,12 @@
 package agent
 
 import (
-	"github.com/apache/pulsar-client-go/pulsar"
+	"fmt"
 	"maps"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // The seek filter.
@@ -17,6 +21,8 @@ import (
 //
 // So the filter outlives the target's arrival: it lasts until the cursor moves again (another
 // seek by this consumer, or DropHeld after a seek another consumer ran) or the consumer closes.
+// Consumers that did not run the seek take the same filter when told where the cursors moved
+// (FilterSeekTargets): on Shared and Key_Shared the broker may send the entry to any of them.
 // The cost is one atomic load per message; a filter matches only messages of the target's
 // entry, so it never drops anything the seek did not mean to skip. A cursor reset made outside
 // subflow back past that entry would still see those few messages skipped, as the client's own
@@ -68,6 +74,60 @@ func (c *Consumer) withoutSkipsOf(partitions partitionSet) skipSet {
 		}
 	}
 	return out
+}
+
+// FilterSeekTargets takes on the seek filters of a seek another consumer ran (positions as
+// the executor reports them): on Shared and Key_Shared the broker may send the target's batch
+// entry to this consumer, and the messages before the target in it must not reach the
+// application here either. Held messages before a target are acknowledged and dropped now.
+func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
+	filters := skipSet{}
+	for _, p := range positions {
+		if p.MessageID == "" {
+			continue // an empty topic: nothing to filter
+		}
+		f, err := parseTarget(p.MessageID)
+		if err != nil {
+			return err
+		}
+		if f.batch > 0 {
+			filters[max(p.Partition, 0)] = f
+		}
+	}
+	if len(filters) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.skips.Load(); old != nil {
+		for p, f := range *old {
+			if _, ok := filters[p]; !ok {
+				filters[p] = f
+			}
+		}
+	}
+	c.setSkips(filters)
+	kept := c.held[:0]
+	for _, h := range c.held {
+		if !c.skipBeforeTarget(h.cm) {
+			kept = append(kept, h)
+		}
+	}
+	clear(c.held[len(kept):])
+	c.held = kept
+	c.metrics.held.Set(float64(c.heldCountLocked()))
+	c.syncFastLocked()
+	return nil
+}
+
+// parseTarget reads a seek position's message id, "ledger:entry:partition:batch".
+func parseTarget(id string) (skipFilter, error) {
+	var f skipFilter
+	var partition int32
+	if _, err := fmt.Sscanf(id, "%d:%d:%d:%d", &f.ledger, &f.entry, &partition, &f.batch); err != nil {
+		return skipFilter{}, fmt.Errorf("agent: seek position %q: want ledger:entry:partition:batch", id)
+	}
+	return f, nil
 }
 
 // skipBeforeTarget reports whether cm lies before a seek target inside the target's batch

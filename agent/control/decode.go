@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -180,5 +181,29 @@ func validateMoved(seek *protocol.SeekRequest, targets map[int32]bool) error {
 		}
 		named[p] = true
 	}
+	if len(seek.Positions) > 0 && !seek.Succeeded && len(seek.MovedPartitions) == 0 {
+		return errors.New("seek.positions tells where a finished seek moved the cursors: only with seek.succeeded or seek.movedPartitions")
+	}
+	for _, p := range seek.Positions {
+		if !targets[p.Partition] {
+			return fmt.Errorf("seek.positions: partition %d is not a target of the seek", p.Partition)
+		}
+		if p.MessageID != "" && !validMessageID(p.MessageID) {
+			return fmt.Errorf("seek.positions: message id %q: want ledger:entry:partition:batch", p.MessageID)
+		}
+	}
 	return nil
+}
+
+func validMessageID(id string) bool {
+	parts := strings.Split(id, ":")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		if _, err := strconv.ParseInt(p, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
 }

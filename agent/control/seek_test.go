@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -309,4 +313,79 @@ func ascending(payloads []string) bool {
 		last = n
 	}
 	return true
+}
+
+// A seek into the middle of a batch entry, on a Shared subscription whose other pod receives
+// the entry: told where the cursor moved, that pod filters out the messages before the target
+// as the executor does, and drops what it held from before the seek.
+func TestSiblingFiltersTheTargetEntryOfASeekIntoABatch(t *testing.T) {
+	b := pulsartest.Start(t)
+	executor := startTestPod(t, b, "pod-a", "events", b.AdminURL(), true, control.Options{})
+	sibling := startTestPod(t, b, "pod-b", "events", b.AdminURL(), false, control.Options{})
+	pause := protocol.FlowRequest{UID: "u", Revision: 1, Subscription: "sub", State: protocol.Paused}
+	for _, p := range []*testPod{executor, sibling} {
+		putAt(t, p.addr, "f", pause)
+	}
+	produceBatched(t, b, "events", 50, 10) // entries of m-0..9, m-10..19, ...
+	eventually(t, "entries dispatched to the sibling", func() bool {
+		var total, toSibling int64
+		for _, c := range b.Subscription("events", "sub").Consumers {
+			total += c.Dispatched
+			if c.Name == "pod-b" {
+				toSibling += c.Dispatched
+			}
+		}
+		return total > 0 && toSibling > 0
+	})
+
+	putAt(t, sibling.addr, "f", seekRequest(2, protocol.Paused, "s1", 23, false))
+	st := waitSeek(t, executor.addr, "f", seekRequest(2, protocol.Paused, "s1", 23, true))
+	if st.Seek.State != protocol.SeekSucceeded || len(st.Seek.Positions) != 1 || !strings.HasSuffix(st.Seek.Positions[0].MessageID, ":3") {
+		t.Fatalf("seek into the third message of an entry: %+v", st.Seek)
+	}
+	// The executor stops, so the broker sends the target's entry to the sibling.
+	putAt(t, executor.addr, "f", protocol.FlowRequest{UID: "u", Revision: 3, Subscription: "sub", State: protocol.Stopped})
+	notice := seekRequest(3, protocol.Running, "s1", 23, false)
+	notice.Seek.Succeeded, notice.Seek.Positions = true, st.Seek.Positions
+	if code, _ := putAt(t, sibling.addr, "f", notice); code != http.StatusOK {
+		t.Fatalf("success notice with positions: %d", code)
+	}
+	sibling.startReceiving()
+	eventually(t, "the sibling to receive m-23..m-49", func() bool {
+		got := sibling.received()
+		for i := 23; i < 50; i++ {
+			if !slices.Contains(got, fmt.Sprintf("m-%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, payload := range sibling.received() {
+		var i int
+		if _, err := fmt.Sscanf(payload, "m-%d", &i); err != nil || i < 23 {
+			t.Fatalf("the sibling delivered %s after the seek to index 23 (got %v)", payload, sibling.received())
+		}
+	}
+}
+
+// produceBatched sends n messages "m-<i>" in batch entries of batch messages each.
+func produceBatched(t *testing.T, b *pulsartest.Broker, topic string, n, batch int) {
+	t.Helper()
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.ServiceURL(), Logger: log.DefaultNopLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	producer, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: uint(batch),
+		BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	for i := range n {
+		producer.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "m-%d", i)}, nil)
+	}
+	if err := producer.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }

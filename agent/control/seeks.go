@@ -48,10 +48,12 @@ type seekAction struct {
 }
 
 // heldDrop asks to drop the held messages taken at or before a time (zero: none) of some
-// partitions (nil: all): those from before a seek, on the partitions it moved.
+// partitions (nil: all): those from before a seek, on the partitions it moved; and to filter
+// out the messages before its targets inside their batch entries.
 type heldDrop struct {
 	before     time.Time
 	partitions []int32
+	positions  []protocol.SeekPosition
 }
 
 func (d heldDrop) apply(consumers []*agent.Consumer) {
@@ -60,6 +62,8 @@ func (d heldDrop) apply(consumers []*agent.Consumer) {
 	}
 	for _, c := range consumers {
 		c.DropHeldOf(d.before, d.partitions)
+		// The positions were validated when decoded, or come from this agent's own seek.
+		_ = c.FilterSeekTargets(d.positions)
 	}
 }
 
@@ -89,7 +93,7 @@ func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, no
 			break // its own run drops what the pod's other consumers held (finish)
 		}
 		if !rec.settled && known {
-			action.drop = heldDrop{before: rec.announced}
+			action.drop = heldDrop{before: rec.announced, positions: req.Positions}
 			if !req.Succeeded {
 				action.drop.partitions = req.MovedPartitions
 			}
@@ -117,7 +121,7 @@ func (b *seekBook) finish(rec *seekRecord, status protocol.SeekStatus) heldDrop 
 		return heldDrop{}
 	}
 	rec.settled = true
-	drop := heldDrop{before: rec.announced}
+	drop := heldDrop{before: rec.announced, positions: status.Positions}
 	if !succeeded {
 		drop.partitions = movedPartitions(status.Positions)
 	}

@@ -168,6 +168,9 @@ func TestBadRequestsAreRefusedWithJSONErrors(t *testing.T) {
 		{"duplicate partition", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1},{"partition":0,"index":2}]}`), "appears twice"},
 		{"moved partition not a target", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"movedPartitions":[3]}`), "not a target of the seek"},
 		{"moved partition twice", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1},{"partition":1,"index":1}],"movedPartitions":[0,0]}`), "appears twice"},
+		{"positions of an unfinished seek", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":1,"positions":[{"partition":-1,"index":1,"messageID":"1:2:-1:3"}]}`), "only with seek.succeeded"},
+		{"bad position message id", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":1,"succeeded":true,"positions":[{"partition":-1,"index":1,"messageID":"1:2:x"}]}`), "want ledger:entry:partition:batch"},
+		{"position of another partition", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"succeeded":true,"positions":[{"partition":4,"index":1,"messageID":"1:2:4:3"}]}`), "partition 4 is not a target"},
 		{"moved and succeeded", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"succeeded":true,"movedPartitions":[0]}`), "not with seek.succeeded"},
 		{"oversized body", flowBody(1, protocol.Paused, `,"topic2":"`+strings.Repeat("x", 2000)+`"`), "larger than 1024 bytes"},
 	}

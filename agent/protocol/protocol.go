@@ -92,6 +92,10 @@ type SeekRequest struct {
 	// partitions' cursors (SeekStatus.Failed names the others): an agent that did not execute
 	// it drops what it held of these partitions only.
 	MovedPartitions []int32 `json:"movedPartitions,omitempty"`
+	// Positions comes with Succeeded or MovedPartitions: where the executor put the cursors.
+	// An agent that did not execute the seek filters out the messages before a target inside
+	// its batch entry, as the executor does, since the broker may send that entry to it.
+	Positions []SeekPosition `json:"positions,omitempty"`
 }
 
 // PartitionIndex is a target index on one partition.
