@@ -213,7 +213,7 @@ func ensureEnv(c *corev1.Container, want corev1.EnvVar) *skip {
 			continue
 		}
 		if !sameEnvValue(have, want) {
-			return skipped(ReasonConflict, "container %s already sets %s to something else than %s", c.Name, want.Name, describeEnv(want))
+			return skipped(ReasonConflict, "container %s already sets %s to something else than %s (remove it: injection sets it)", c.Name, want.Name, describeEnv(want))
 		}
 		return nil
 	}
