@@ -62,6 +62,7 @@ type Consumer struct {
 	side                       side
 	sideChanged                chan struct{} // closed and replaced whenever side changes
 	clientResubscribes         bool          // the broker closed the consumer: the client subscribes again itself
+	everSubscribed             bool          // the broker accepted a SUBSCRIBE of this consumer once
 	detached                   bool          // strict pause: the client's consumer was closed by the sidecar
 	redeliver                  bool          // strict pause: the client dropped what it had been sent
 	clientCredit, brokerCredit int64
@@ -361,19 +362,33 @@ func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
 		c.setSideLocked(subscribing)
 	}
 	c.conn.expect(sub.GetRequestId(), func(ok bool) bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.side == subscribing {
-			if ok {
-				c.setSideLocked(subscribed)
-				_ = c.driveLocked() // Stopped meanwhile: close it on the broker again
-			} else {
-				c.setSideLocked(absent)
-			}
+		if c.subscribeAnswered(ok) {
+			// Refused (an Exclusive subscription taken, no permission) before it ever
+			// subscribed: not a consumer yet. The client retries with a new SUBSCRIBE only
+			// once it has this answer, which is forwarded after this returns.
+			c.conn.forget(c)
 		}
 		return true
 	})
 	return c.conn.toBroker.write(true, raw)
+}
+
+// subscribeAnswered moves the broker side on the answer to the client's SUBSCRIBE and tells
+// whether the consumer is to be forgotten.
+func (c *Consumer) subscribeAnswered(ok bool) (forget bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.side != subscribing {
+		return false
+	}
+	if ok {
+		c.everSubscribed = true
+		c.setSideLocked(subscribed)
+		_ = c.driveLocked() // Stopped meanwhile: close it on the broker again
+		return false
+	}
+	c.setSideLocked(absent)
+	return !c.everSubscribed
 }
 
 // clientFlow counts the client's permits and forwards its FLOW while Running.
