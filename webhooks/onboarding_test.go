@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -117,8 +118,9 @@ func startReconciler(ctx context.Context, t *testing.T) {
 	cfg := rest.CopyConfig(shared.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerUser,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + controllerNamespace, "system:authenticated"}}
+	skip := true // go test -count=n starts it n times in one process
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions()})
+		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
 	if err != nil {
 		t.Fatal(err)
 	}
