@@ -60,6 +60,9 @@ func TestPauseWithholdsFlowAndHoldsMessages(t *testing.T) {
 		if permits := w.rec.Permits(onWire); permits != 0 {
 			t.Errorf("%d permits reached the broker after SetState(Paused) returned", permits)
 		}
+		if closes := w.rec.Events(onWire, pb.BaseCommand_CLOSE_CONSUMER); len(closes) > 0 {
+			t.Errorf("the pause closed the broker-side consumer (Key_Shared ranges and Failover ownership would move): %+v", closes)
+		}
 		if n := app.count(); int64(n) > deliveredAtPause {
 			t.Errorf("the application received %d messages, more than the %d handed to its client before the pause", n, deliveredAtPause)
 		}
