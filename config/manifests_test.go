@@ -2,6 +2,8 @@
 package config
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -66,4 +68,45 @@ func checkOverlay(t *testing.T, dir string, extra map[string]string) resmap.ResM
 		t.Errorf("config/%s does not render %s %s", dir, kind, name)
 	}
 	return resources
+}
+
+// TestWebhooksFailOpen: neither webhook can stop a pod from being created or a pause from being
+// written, in either overlay; only labelled pods are sent, and a pod may be sent again.
+func TestWebhooksFailOpen(t *testing.T) {
+	for _, dir := range []string{"default", "cert-manager"} {
+		resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+		if err != nil {
+			t.Fatalf("kustomize config/%s: %v", dir, err)
+		}
+		seen := 0
+		for _, r := range resources.Resources() {
+			if r.GetKind() != "MutatingWebhookConfiguration" && r.GetKind() != "ValidatingWebhookConfiguration" {
+				continue
+			}
+			m, err := r.Map()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooks, _ := m["webhooks"].([]any)
+			for _, h := range hooks {
+				seen++
+				hook := h.(map[string]any)
+				if hook["failurePolicy"] != "Ignore" || hook["sideEffects"] != "None" {
+					t.Errorf("config/%s %s: failurePolicy %v sideEffects %v, want Ignore and None", dir, hook["name"], hook["failurePolicy"], hook["sideEffects"])
+				}
+				if s, _ := hook["timeoutSeconds"].(int); s < 1 || s > 5 {
+					t.Errorf("config/%s %s: timeoutSeconds %v, want 1 to 5", dir, hook["name"], hook["timeoutSeconds"])
+				}
+				if r.GetKind() == "MutatingWebhookConfiguration" {
+					selector := fmt.Sprint(hook["objectSelector"])
+					if hook["reinvocationPolicy"] != "IfNeeded" || !strings.Contains(selector, "subflow.dev/inject") || !strings.Contains(selector, "Exists") {
+						t.Errorf("config/%s %s: reinvocationPolicy %v objectSelector %s, want IfNeeded and subflow.dev/inject Exists", dir, hook["name"], hook["reinvocationPolicy"], selector)
+					}
+				}
+			}
+		}
+		if seen != 2 {
+			t.Errorf("config/%s renders %d webhooks, want 2", dir, seen)
+		}
+	}
 }

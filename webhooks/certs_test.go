@@ -201,3 +201,25 @@ func parsePair(t *testing.T, certPEM, keyPEM []byte) (*x509.Certificate, *rsa.Pr
 	}
 	return cert, key
 }
+
+// TestBrokenSecretIsRepaired: a certificate Secret someone overwrote with garbage keeps the
+// served pair in use until the rotation has written a good one again; no admission fails.
+func TestBrokenSecretIsRepaired(t *testing.T) {
+	ctx := context.Background()
+	ca, err := servedCA(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := certificateSecret(t)
+	secret.Data["tls.crt"], secret.Data["tls.key"] = []byte("not a certificate"), []byte("not a key")
+	if err := k8s.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, k8s)
+	eventually(t, func() error {
+		if pod := create(t, k8s, appPod(ns, inject("agent"), nil)); pod.Annotations[webhooks.InjectedAnnotation] != webhooks.ModeAgent {
+			t.Fatalf("a pod created while the Secret was broken was not wired: %v", pod.Annotations)
+		}
+		return renewedAndServed(ctx, ca, []byte("not a certificate"))
+	})
+}
