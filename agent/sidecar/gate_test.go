@@ -141,3 +141,51 @@ func TestStoppedReleasesToSibling(t *testing.T) {
 		})
 	})
 }
+
+// A lost connection while paused, for each client: the client reconnects through the
+// sidecar, the new consumer takes the paused state before its SUBSCRIBE goes on (the rules in
+// force, here a hook), so the broker gets no permit and the application nothing; resumed,
+// everything arrives.
+func TestReconnectWhilePausedGrantsNothing(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		w := newWorld(t)
+		topic, name := uniqueTopic(t), "app-"+lang
+		producer := newClient(t, w.url)
+		sent := produceUnbatched(t, producer, topic, "m", 0, 20)
+		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Failover", queue: 10})
+		first := consumerNamed(t, w.sidecar, "s", name)
+		eventually(t, "the application to receive the first 20", func() bool { return len(missing(sent, app.messages())) == 0 })
+
+		pauseOnSubscribe(w.sidecar, name)
+		setState(t, first, protocol.Paused)
+		received := app.count()
+		mark := w.rec.Mark()
+		w.rec.DropConnections()
+		var again *Consumer
+		eventually(t, "the client to subscribe again through the sidecar", func() bool {
+			for _, c := range w.sidecar.Consumers() {
+				if c != first && c.Name() == name && c.Status().Connected && c.Counts().Owed > 0 {
+					again = c
+					return true
+				}
+			}
+			return false
+		})
+		during := produceUnbatched(t, producer, topic, "m", 20, 40)
+		onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
+		if n := len(w.rec.Consumers(onWire)); n == 0 {
+			t.Fatal("no SUBSCRIBE on the broker side after the connection loss")
+		}
+		if permits := w.rec.Permits(onWire); permits != 0 {
+			t.Errorf("%d permits reached the broker after the reconnect while paused", permits)
+		}
+		if leaked := common(during, app.messages()); len(leaked) > 0 {
+			t.Errorf("messages produced after the pause reached the application: %v", leaked)
+		}
+		t.Logf("%s: %d received before the pause, %d after; %d permits withheld after the reconnect", lang, received, app.count()-received, again.Counts().Owed)
+
+		setState(t, again, protocol.Running)
+		all := append(sent, during...)
+		eventually(t, "every message to reach the application after resume", func() bool { return len(missing(all, app.messages())) == 0 })
+	})
+}
