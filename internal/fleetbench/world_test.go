@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -53,7 +55,7 @@ type world struct {
 // own objects) and creates the shape's namespaces, token Secrets, pods and flows.
 func newWorld(b *testing.B, s shape) *world {
 	b.Helper()
-	env, cfg, err := testenv.Start()
+	env, cfg, err := startEnv()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -267,4 +269,20 @@ func (w *world) controllerLog(name string) string {
 		dir = w.dir
 	}
 	return filepath.Join(dir, name+".log")
+}
+
+// startEnv starts envtest with the CRDs of config/crd/bases, or of FLEETBENCH_CRD_DIR (to
+// measure a changed CRD, e.g. a list type, from another tree).
+func startEnv() (*envtest.Environment, *rest.Config, error) {
+	dir := os.Getenv("FLEETBENCH_CRD_DIR")
+	if dir == "" {
+		return testenv.Start()
+	}
+	assets, err := testenv.Assets()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{dir}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	return env, cfg, err
 }
