@@ -16,8 +16,10 @@ import (
 
 // A typo in an incident pause must not pass silently, yet a controller that is down must never
 // stop an engineer from pausing: failurePolicy Ignore. Without the webhook the controller's
-// InvalidSpec report stays the safety net.
-// +kubebuilder:webhook:path=/validate-subflow-dev-v1alpha1-subscriptionflow,mutating=false,failurePolicy=ignore,sideEffects=None,groups=subflow.dev,resources=subscriptionflows,verbs=create;update,versions=v1alpha1,name=flows.subflow.dev,admissionReviewVersions=v1,timeoutSeconds=5
+// InvalidSpec report stays the safety net. The API server calls it only when the annotations
+// change (matchConditions), so a spec.state pause, a finalizer or a label never waits on a
+// controller that hangs.
+// +kubebuilder:webhook:path=/validate-subflow-dev-v1alpha1-subscriptionflow,mutating=false,failurePolicy=ignore,sideEffects=None,groups=subflow.dev,resources=subscriptionflows,verbs=create;update,versions=v1alpha1,name=flows.subflow.dev,admissionReviewVersions=v1,timeoutSeconds=5,patch=`{"matchConditions":[{"name":"annotations-changed","expression":"request.operation == 'CREATE' || !has(object.metadata.annotations) || !has(oldObject.metadata.annotations) || object.metadata.annotations != oldObject.metadata.annotations"}]}`
 
 // FlowValidator refuses override annotations the controller could not apply.
 type FlowValidator struct {
