@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/controllers"
 )
 
 // The pod's opt-in and its outcome (docs/onboarding.md).
@@ -48,8 +49,8 @@ const (
 // What injection adds. The token paths are the ones README's hand wiring uses.
 const (
 	TokenVolume    = "subflow-token"
-	TokenSecret    = "subflow-agent-token"
-	TokenKey       = "token"
+	TokenSecret    = controllers.DefaultTokenSecret
+	TokenKey       = controllers.DefaultTokenKey
 	TokenDir       = "/var/run/subflow"
 	PodNameEnv     = "POD_NAME"
 	AdminVolume    = "subflow-admin-credentials"
