@@ -24,6 +24,12 @@ const firstOwnRequestID = 1 << 62
 
 const bufferSize = 64 << 10
 
+// writeTimeout bounds a write to either peer. Pulsar clients and brokers read their socket
+// all the time (flow control is by permits, not by TCP), so a peer that takes no bytes for
+// this long is gone or stuck; its connection is closed rather than holding up the gates
+// (SetState) that write to it.
+const writeTimeout = 30 * time.Second
+
 // conn is one client connection and the broker connection paired with it. Two pumps forward
 // frames, one per direction; the frame gate of each consumer decides on FLOW and MESSAGE.
 type conn struct {
@@ -56,11 +62,12 @@ func newConn(s *Sidecar, id uint64, nc net.Conn) *conn {
 // gates writing their own (held messages on resume, FLOW, CLOSE_CONSUMER, PING).
 type frameWriter struct {
 	mu sync.Mutex
+	nc net.Conn
 	w  *bufio.Writer
 }
 
 func newFrameWriter(nc net.Conn) *frameWriter {
-	return &frameWriter{w: bufio.NewWriterSize(nc, bufferSize)}
+	return &frameWriter{nc: nc, w: bufio.NewWriterSize(nc, bufferSize)}
 }
 
 // write writes frames, flushing unless more are about to follow.
@@ -74,6 +81,10 @@ func (fw *frameWriter) write(flush bool, frames ...[]byte) error {
 func (fw *frameWriter) flush() error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
+	if fw.w.Buffered() == 0 {
+		return nil
+	}
+	_ = fw.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	return fw.w.Flush()
 }
 
@@ -89,6 +100,7 @@ func wholeFrameBuffered(r *bufio.Reader) bool {
 }
 
 func (fw *frameWriter) writeLocked(flush bool, frames ...[]byte) error {
+	_ = fw.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	for _, f := range frames {
 		if _, err := fw.w.Write(f); err != nil {
 			return err
