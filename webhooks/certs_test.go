@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -222,4 +223,21 @@ func TestBrokenSecretIsRepaired(t *testing.T) {
 		}
 		return renewedAndServed(ctx, ca, []byte("not a certificate"))
 	})
+}
+
+// TestCABundleRestored: a re-apply of the manifests (which carry no caBundle) is undone.
+func TestCABundleRestored(t *testing.T) {
+	ctx := context.Background()
+	if _, err := servedCA(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var m admissionregv1.MutatingWebhookConfiguration
+	if err := k8s.Get(ctx, client.ObjectKey{Name: mutatingConfig}, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Webhooks[0].ClientConfig.CABundle = nil
+	if err := k8s.Update(ctx, &m); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error { _, err := servedCA(ctx); return err })
 }
