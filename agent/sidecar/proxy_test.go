@@ -59,3 +59,26 @@ func TestPartitionedTopicThroughTheSidecar(t *testing.T) {
 		t.Errorf("sidecar consumers %v, want %v", topics, want)
 	}
 }
+
+// A regex consumer discovers its topics through the sidecar (GET_TOPICS_OF_NAMESPACE passes
+// unchanged) and subscribes to each through it.
+func TestRegexConsumerThroughTheSidecar(t *testing.T) {
+	w := newWorld(t)
+	base := uniqueTopic(t)
+	topics := []string{base + "-a", base + "-b"}
+	client := newClient(t, w.url)
+	var sent []string
+	for _, topic := range topics {
+		sent = append(sent, produce(t, client, topic, topic[len(topic)-1:], 0, 10)...)
+	}
+	cons := subscribe(t, client, pulsar.ConsumerOptions{TopicsPattern: base + "-.*", SubscriptionName: "s", Name: "regex"})
+	if m := missing(sent, receiveN(t, cons, len(sent))); len(m) > 0 {
+		t.Fatalf("missing %v", m)
+	}
+	if n := len(w.rec.Events(wirerec.Filter{}, pb.BaseCommand_GET_TOPICS_OF_NAMESPACE)); n == 0 {
+		t.Error("no GET_TOPICS_OF_NAMESPACE passed the sidecar")
+	}
+	if n := len(w.sidecar.Consumers()); n != len(topics) {
+		t.Errorf("the sidecar tracks %d consumers, want one per topic (%d)", n, len(topics))
+	}
+}
