@@ -286,7 +286,15 @@ func (a *adminClient) entryMeta(ctx context.Context, topic string, p position) (
 			return entryMeta{}, fmt.Errorf("agent: bad batch count header %q", raw)
 		}
 	}
-	return entryMeta{index: index, messages: count}, nil
+	meta := entryMeta{index: index, messages: count}
+	if uuid := h.Get("X-Pulsar-uuid"); uuid != "" {
+		id, err := strconv.ParseInt(h.Get("X-Pulsar-chunk-id"), 10, 32)
+		if err != nil || id < 0 {
+			return entryMeta{}, fmt.Errorf("agent: bad chunk id header %q", h.Get("X-Pulsar-chunk-id"))
+		}
+		meta.chunk = chunkInfo{uuid: uuid, id: int32(id)}
+	}
+	return meta, nil
 }
 
 type messageIDJSON struct {

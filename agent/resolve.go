@@ -15,9 +15,18 @@ type ledgerSpan struct {
 	entries int64
 }
 
-// entryMeta is what the broker's entry metadata tells about one entry: the index of its last
-// message and how many messages it holds.
-type entryMeta struct{ index, messages int64 }
+// entryMeta is what the broker tells about one entry: the index of its last message, how many
+// messages it holds, and whether it is a chunk of a chunked message.
+type entryMeta struct {
+	index, messages int64
+	chunk           chunkInfo
+}
+
+// chunkInfo places an entry in a chunked message; the zero value is an entry of its own.
+type chunkInfo struct {
+	uuid string // the message's
+	id   int32  // 0 for the first chunk
+}
 
 // firstIndex is the index of the entry's first message.
 func (m entryMeta) firstIndex() int64 { return m.index - m.messages + 1 }
@@ -38,6 +47,18 @@ type resolution struct {
 	index int64 // the index delivered next (A when below the range, B when above)
 	empty bool
 	past  bool // the latest position: the cursor goes past entry pos
+	// cursor, when set, is where the cursor goes instead of pos: the first chunk of a chunked
+	// message the target lies inside (see firstChunks). The entries from cursor up to the
+	// target are delivered again and the gate drops what lies before the target.
+	cursor *position
+}
+
+// resetTo is the position the cursor is reset to.
+func (r resolution) resetTo() position {
+	if r.cursor != nil {
+		return *r.cursor
+	}
+	return r.pos
 }
 
 // countingSource counts admin calls (probes).
@@ -70,6 +91,18 @@ func (l entryList) total() int64 {
 		n += s.entries
 	}
 	return n
+}
+
+// ordinal is the inverse of at: p's place across ledgers.
+func (l entryList) ordinal(p position) int64 {
+	var k int64
+	for _, s := range l {
+		if s.ledger == p.ledger {
+			return k + p.entry
+		}
+		k += s.entries
+	}
+	panic(fmt.Sprintf("agent: entry %d:%d is in none of the ledgers", p.ledger, p.entry))
 }
 
 // at returns the k-th entry (0-based) across ledgers; entries of a ledger start at 0.
@@ -112,10 +145,91 @@ func resolveIndex(ctx context.Context, src indexSource, topic string, x int64) (
 	if x > last.index {
 		return resolution{pos: lastPos, batch: int32(last.messages), index: last.index + 1, past: true}, nil
 	}
-	if r, ok, err := lookupIndex(ctx, src, topic, x); err != nil || ok {
-		return r, err
+	r, ok, err := lookupIndex(ctx, src, topic, x)
+	if err == nil && !ok {
+		r, err = searchIndex(ctx, src, topic, entries, x, first, last)
 	}
-	return searchIndex(ctx, src, topic, entries, x, first, last)
+	if err != nil {
+		return resolution{}, err
+	}
+	return firstChunks(ctx, src, topic, entries, r)
+}
+
+// maxChunkWalk bounds how far back firstChunks reads for the first chunks of chunked messages;
+// chunkScan how far past the target it looks for messages that started before it.
+const (
+	maxChunkWalk = 4096
+	chunkScan    = 64
+)
+
+// firstChunks moves the cursor of r back when the target cuts into chunked messages. A chunked
+// message carries the index of its last chunk, so a target inside it makes it the next
+// message; but a client that receives a chunk without the message's first one drops it without
+// acknowledging it, which loses the message and leaves its chunks in the backlog for good. So
+// the cursor goes back to where every chunked message with a chunk at or after it starts there
+// or later (producers interleave their chunks); the gate drops, and acknowledges, the whole
+// messages that end before the target (skip.go). Messages that started before the target are
+// found among its chunkScan following entries, and by walking back from it.
+func firstChunks(ctx context.Context, src indexSource, topic string, entries entryList, r resolution) (resolution, error) {
+	if r.empty || r.past {
+		return r, nil
+	}
+	target := entries.ordinal(r.pos)
+	open, err := startedBefore(ctx, src, topic, entries, target)
+	if err != nil {
+		return resolution{}, err
+	}
+	k := target
+	for walked := 0; len(open) > 0; walked++ {
+		if k == 0 {
+			break // the topic's first entries are gone (retention): nothing older to deliver
+		}
+		if walked == maxChunkWalk {
+			return resolution{}, fmt.Errorf("agent: index %d lies inside a chunked message that starts more than %d entries earlier", r.index, maxChunkWalk)
+		}
+		k--
+		m, err := src.entryMeta(ctx, topic, entries.at(k))
+		if err != nil {
+			return resolution{}, err
+		}
+		if m.chunk.uuid == "" {
+			continue
+		}
+		if m.chunk.id > 0 {
+			open[m.chunk.uuid] = true
+		} else {
+			delete(open, m.chunk.uuid)
+		}
+	}
+	if k != target {
+		at := entries.at(k)
+		r.cursor = &at
+	}
+	return r, nil
+}
+
+// startedBefore names the chunked messages that have a chunk among the target entry and the
+// chunkScan entries after it, and whose first chunk is not among them.
+func startedBefore(ctx context.Context, src indexSource, topic string, entries entryList, target int64) (map[string]bool, error) {
+	open, started := map[string]bool{}, map[string]bool{}
+	for k := target; k < min(target+chunkScan, entries.total()); k++ {
+		m, err := src.entryMeta(ctx, topic, entries.at(k))
+		if err != nil {
+			return nil, err
+		}
+		if m.chunk.uuid == "" {
+			if k == target {
+				return open, nil // not a chunked message: the common case costs one probe
+			}
+			continue
+		}
+		if m.chunk.id == 0 {
+			started[m.chunk.uuid] = true
+		} else if !started[m.chunk.uuid] {
+			open[m.chunk.uuid] = true
+		}
+	}
+	return open, nil
 }
 
 // lookupIndex tries PIP-415; ok is false when the broker lacks it or answers oddly.

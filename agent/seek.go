@@ -165,6 +165,9 @@ func (s seekStep) seekPosition() protocol.SeekPosition {
 	p := protocol.SeekPosition{Partition: s.partition, Index: s.res.index}
 	if !s.res.empty {
 		p.MessageID = fmt.Sprintf("%d:%d:%d:%d", s.res.pos.ledger, s.res.pos.entry, s.partition, s.res.batch)
+		if c := s.res.cursor; c != nil {
+			p.Cursor = fmt.Sprintf("%d:%d", c.ledger, c.entry)
+		}
 	}
 	return p
 }
@@ -240,15 +243,16 @@ func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (movedCurs
 			moved.partitions[step.partition] = true
 			continue
 		}
-		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.pos, step.res.past); err != nil {
+		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.resetTo(), step.res.past); err != nil {
 			err = fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err)
 			errs = append(errs, err)
 			failures[step.partition] = protocol.PartitionFailure{Partition: step.partition, Index: step.index, Error: err.Error()}
 			continue
 		}
 		moved.partitions[step.partition] = true
-		if step.res.batch > 0 && !step.res.past {
-			moved.skips[max(step.partition, 0)] = skipFilter{ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
+		filter := skipFilter{from: step.res.resetTo(), ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
+		if filter.active() && !step.res.past {
+			moved.skips[max(step.partition, 0)] = filter
 		}
 	}
 	return moved, failures, errs

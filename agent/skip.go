@@ -30,8 +30,29 @@ import (
 
 // skipFilter drops the messages before a seek target inside its batch entry.
 type skipFilter struct {
+	// from is where the cursor was put: the target's entry, or the first chunk of a chunked
+	// message the target lies inside (resolution.cursor).
+	from position
+	// The target: messages from `from` up to, not including, message batch of this entry are
+	// acked and skipped (for a chunked message, by the position of its last chunk).
 	ledger, entry int64
-	batch         int32 // messages with a lower batch index are acked and skipped
+	batch         int32
+}
+
+// before reports whether a message at (ledger, entry, batch) lies from f.from up to the target.
+// A message that is not in a batch entry has batch index -1: it is the entry's only message.
+func (f skipFilter) before(ledger, entry int64, batch int32) bool {
+	if ledger < f.from.ledger || (ledger == f.from.ledger && entry < f.from.entry) {
+		return false
+	}
+	batch = max(batch, 0)
+	switch {
+	case ledger != f.ledger:
+		return ledger < f.ledger
+	case entry != f.entry:
+		return entry < f.entry
+	}
+	return batch < f.batch
 }
 
 // skipSet holds one filter per partition (0 for a non-partitioned topic, as the client numbers
@@ -86,11 +107,11 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 		if p.MessageID == "" {
 			continue // an empty topic: nothing to filter
 		}
-		f, err := parseTarget(p.MessageID)
+		f, err := parseTarget(p)
 		if err != nil {
 			return err
 		}
-		if f.batch > 0 {
+		if f.active() {
 			filters[max(p.Partition, 0)] = f
 		}
 	}
@@ -120,14 +141,27 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 	return nil
 }
 
-// parseTarget reads a seek position's message id, "ledger:entry:partition:batch".
-func parseTarget(id string) (skipFilter, error) {
+// parseTarget reads a seek position: its message id, "ledger:entry:partition:batch", and the
+// cursor, "ledger:entry", when it was put before the target.
+func parseTarget(p protocol.SeekPosition) (skipFilter, error) {
 	var f skipFilter
 	var partition int32
-	if _, err := fmt.Sscanf(id, "%d:%d:%d:%d", &f.ledger, &f.entry, &partition, &f.batch); err != nil {
-		return skipFilter{}, fmt.Errorf("agent: seek position %q: want ledger:entry:partition:batch", id)
+	if _, err := fmt.Sscanf(p.MessageID, "%d:%d:%d:%d", &f.ledger, &f.entry, &partition, &f.batch); err != nil {
+		return skipFilter{}, fmt.Errorf("agent: seek position %q: want ledger:entry:partition:batch", p.MessageID)
+	}
+	f.from = position{ledger: f.ledger, entry: f.entry}
+	if p.Cursor != "" {
+		if _, err := fmt.Sscanf(p.Cursor, "%d:%d", &f.from.ledger, &f.from.entry); err != nil {
+			return skipFilter{}, fmt.Errorf("agent: seek cursor %q: want ledger:entry", p.Cursor)
+		}
 	}
 	return f, nil
+}
+
+// active reports whether the filter drops anything: a target inside a batch entry, or a cursor
+// put before the target.
+func (f skipFilter) active() bool {
+	return f.batch > 0 || f.from != position{ledger: f.ledger, entry: f.entry}
 }
 
 // skipBeforeTarget reports whether cm lies before a seek target inside the target's batch
@@ -140,7 +174,7 @@ func (c *Consumer) skipBeforeTarget(cm pulsar.ConsumerMessage) bool {
 	}
 	id := cm.Message.ID()
 	f, ok := (*s)[id.PartitionIdx()]
-	if !ok || id.LedgerID() != f.ledger || id.EntryID() != f.entry || id.BatchIdx() >= f.batch {
+	if !ok || !f.before(id.LedgerID(), id.EntryID(), id.BatchIdx()) {
 		return false
 	}
 	if cm.Consumer != nil {

@@ -285,7 +285,8 @@ func desiredRequest(flow *subflowv1.SubscriptionFlow, eff Effective, revision in
 		if req.Seek.Succeeded || len(req.Seek.MovedPartitions) > 0 {
 			// Where the cursors moved: the other agents filter what precedes a target in its entry.
 			for _, p := range flow.Status.Seek.Positions {
-				req.Seek.Positions = append(req.Seek.Positions, protocol.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: p.MessageID})
+				req.Seek.Positions = append(req.Seek.Positions, protocol.SeekPosition{Partition: p.Partition, Index: p.Index,
+					MessageID: p.MessageID, Cursor: p.Cursor})
 			}
 		}
 	}

@@ -401,7 +401,8 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 func seekOutcome(s *protocol.SeekStatus) ([]subflowv1.SeekPosition, []subflowv1.SeekPartitionFailure) {
 	var moved []subflowv1.SeekPosition
 	for _, p := range s.Positions[:min(len(s.Positions), maxSeekPartitions)] {
-		moved = append(moved, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: clip(p.MessageID, 128)})
+		moved = append(moved, subflowv1.SeekPosition{Partition: p.Partition, Index: p.Index, MessageID: clip(p.MessageID, 128),
+			Cursor: clip(p.Cursor, 64)})
 	}
 	var failed []subflowv1.SeekPartitionFailure
 	for _, f := range s.Failed[:min(len(s.Failed), maxSeekPartitions)] {

@@ -188,16 +188,20 @@ func validateMoved(seek *protocol.SeekRequest, targets map[int32]bool) error {
 		if !targets[p.Partition] {
 			return fmt.Errorf("seek.positions: partition %d is not a target of the seek", p.Partition)
 		}
-		if p.MessageID != "" && !validMessageID(p.MessageID) {
+		if p.MessageID != "" && !numbers(p.MessageID, 4) {
 			return fmt.Errorf("seek.positions: message id %q: want ledger:entry:partition:batch", p.MessageID)
+		}
+		if p.Cursor != "" && !numbers(p.Cursor, 2) {
+			return fmt.Errorf("seek.positions: cursor %q: want ledger:entry", p.Cursor)
 		}
 	}
 	return nil
 }
 
-func validMessageID(id string) bool {
-	parts := strings.Split(id, ":")
-	if len(parts) != 4 {
+// numbers reports whether s is n integers separated by colons.
+func numbers(s string, n int) bool {
+	parts := strings.Split(s, ":")
+	if len(parts) != n {
 		return false
 	}
 	for _, p := range parts {

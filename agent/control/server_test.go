@@ -171,6 +171,7 @@ func TestBadRequestsAreRefusedWithJSONErrors(t *testing.T) {
 		{"positions of an unfinished seek", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":1,"positions":[{"partition":-1,"index":1,"messageID":"1:2:-1:3"}]}`), "only with seek.succeeded"},
 		{"bad position message id", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":1,"succeeded":true,"positions":[{"partition":-1,"index":1,"messageID":"1:2:x"}]}`), "want ledger:entry:partition:batch"},
 		{"position of another partition", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"succeeded":true,"positions":[{"partition":4,"index":1,"messageID":"1:2:4:3"}]}`), "partition 4 is not a target"},
+		{"bad position cursor", flowBody(1, protocol.Paused, `,"seek":{"id":"x","index":1,"succeeded":true,"positions":[{"partition":-1,"index":1,"messageID":"1:2:-1:3","cursor":"1"}]}`), "want ledger:entry"},
 		{"moved and succeeded", flowBody(1, protocol.Paused, `,"seek":{"id":"x","partitions":[{"partition":0,"index":1}],"succeeded":true,"movedPartitions":[0]}`), "not with seek.succeeded"},
 		{"oversized body", flowBody(1, protocol.Paused, `,"topic2":"`+strings.Repeat("x", 2000)+`"`), "larger than 1024 bytes"},
 	}

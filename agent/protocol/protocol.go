@@ -272,6 +272,10 @@ type SeekPosition struct {
 	Index     int64 `json:"index"`
 	// MessageID is the resolved position, as "ledger:entry:partition:batch".
 	MessageID string `json:"messageID"`
+	// Cursor, as "ledger:entry", is where the cursor was put when that is before MessageID:
+	// the first chunk of a chunked message the target lies inside. What lies from there up to
+	// the target is delivered again by the broker and dropped by the agents.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // AgentState is the body of GET {PathPrefix}/state.

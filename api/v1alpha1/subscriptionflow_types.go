@@ -410,6 +410,10 @@ type SeekPosition struct {
 	// messageID resolved, as ledger:entry:partition:batch.
 	// +optional
 	MessageID string `json:"messageID,omitempty"`
+	// cursor, as ledger:entry, is where the cursor was put when that is before messageID: the
+	// first chunk of a chunked message the index lies inside, so that it is delivered whole.
+	// +optional
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // SubscriptionFlow declares Running, Paused or Stopped for a Pulsar subscription and the pods

@@ -816,6 +816,10 @@ type MessageMetadata struct {
 	NumMessagesInBatch *int32                 `protobuf:"varint,11,opt,name=num_messages_in_batch,json=numMessagesInBatch,def=1" json:"num_messages_in_batch,omitempty"`
 	EventTime          *uint64                `protobuf:"varint,12,opt,name=event_time,json=eventTime" json:"event_time,omitempty"`
 	OrderingKey        []byte                 `protobuf:"bytes,18,opt,name=ordering_key,json=orderingKey" json:"ordering_key,omitempty"`
+	Uuid               *string                `protobuf:"bytes,26,opt,name=uuid" json:"uuid,omitempty"`
+	NumChunksFromMsg   *int32                 `protobuf:"varint,27,opt,name=num_chunks_from_msg,json=numChunksFromMsg" json:"num_chunks_from_msg,omitempty"`
+	TotalChunkMsgSize  *int32                 `protobuf:"varint,28,opt,name=total_chunk_msg_size,json=totalChunkMsgSize" json:"total_chunk_msg_size,omitempty"`
+	ChunkId            *int32                 `protobuf:"varint,29,opt,name=chunk_id,json=chunkId" json:"chunk_id,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -923,6 +927,34 @@ func (x *MessageMetadata) GetOrderingKey() []byte {
 		return x.OrderingKey
 	}
 	return nil
+}
+
+func (x *MessageMetadata) GetUuid() string {
+	if x != nil && x.Uuid != nil {
+		return *x.Uuid
+	}
+	return ""
+}
+
+func (x *MessageMetadata) GetNumChunksFromMsg() int32 {
+	if x != nil && x.NumChunksFromMsg != nil {
+		return *x.NumChunksFromMsg
+	}
+	return 0
+}
+
+func (x *MessageMetadata) GetTotalChunkMsgSize() int32 {
+	if x != nil && x.TotalChunkMsgSize != nil {
+		return *x.TotalChunkMsgSize
+	}
+	return 0
+}
+
+func (x *MessageMetadata) GetChunkId() int32 {
+	if x != nil && x.ChunkId != nil {
+		return *x.ChunkId
+	}
+	return 0
 }
 
 type SingleMessageMetadata struct {
@@ -3412,7 +3444,7 @@ const file_wire_proto_rawDesc = "" +
 	"batchIndex\x12\x17\n" +
 	"\aack_set\x18\x05 \x03(\x03R\x06ackSet\x12\x1d\n" +
 	"\n" +
-	"batch_size\x18\x06 \x01(\x05R\tbatchSize\"\xa9\x03\n" +
+	"batch_size\x18\x06 \x01(\x05R\tbatchSize\"\xb8\x04\n" +
 	"\x0fMessageMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x02(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x02(\x04R\n" +
@@ -3427,7 +3459,11 @@ const file_wire_proto_rawDesc = "" +
 	"\x15num_messages_in_batch\x18\v \x01(\x05:\x011R\x12numMessagesInBatch\x12\x1d\n" +
 	"\n" +
 	"event_time\x18\f \x01(\x04R\teventTime\x12!\n" +
-	"\fordering_key\x18\x12 \x01(\fR\vorderingKey\"\xc5\x01\n" +
+	"\fordering_key\x18\x12 \x01(\fR\vorderingKey\x12\x12\n" +
+	"\x04uuid\x18\x1a \x01(\tR\x04uuid\x12-\n" +
+	"\x13num_chunks_from_msg\x18\x1b \x01(\x05R\x10numChunksFromMsg\x12/\n" +
+	"\x14total_chunk_msg_size\x18\x1c \x01(\x05R\x11totalChunkMsgSize\x12\x19\n" +
+	"\bchunk_id\x18\x1d \x01(\x05R\achunkId\"\xc5\x01\n" +
 	"\x15SingleMessageMetadata\x12A\n" +
 	"\n" +
 	"properties\x18\x01 \x03(\v2!.subflow.pulsartest.wire.KeyValueR\n" +

@@ -285,6 +285,12 @@ func (b *Broker) messageByID(w http.ResponseWriter, r *http.Request, t *topic) {
 	if e.meta.PartitionKey != nil {
 		set("X-Pulsar-partition-key", e.meta.GetPartitionKey())
 	}
+	if e.meta.Uuid != nil { // a chunk of a chunked message (PersistentTopicsBase)
+		set("X-Pulsar-uuid", e.meta.GetUuid())
+		set("X-Pulsar-num-chunks-from-msg", strconv.Itoa(int(e.meta.GetNumChunksFromMsg())))
+		set("X-Pulsar-total-chunk-msg-size", strconv.Itoa(int(e.meta.GetTotalChunkMsgSize())))
+		set("X-Pulsar-chunk-id", strconv.Itoa(int(e.meta.GetChunkId())))
+	}
 	if e.meta.NumMessagesInBatch != nil {
 		set("X-Pulsar-num-batch-message", strconv.Itoa(int(e.messages)))
 		// The stored entry's bytes, broker-entry section included, less
