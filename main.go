@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -120,7 +121,7 @@ func main() {
 		Client:             mgr.GetClient(),
 		Scheme:             mgr.GetScheme(),
 		Agents:             controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
-		Clock:              controllers.RealClock{},
+		Clock:              clock.RealClock{},
 		Recorder:           mgr.GetEventRecorder("subflow-controller"),
 		Resync:             resync,
 		Parallelism:        parallelism,

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testclock"
 )
 
 // parkSubscription creates the durable subscription and closes its consumer, so that what is
@@ -220,13 +220,13 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 // clock moves, its expiry check runs on demand).
 func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 	start := time.Now().Truncate(time.Millisecond)
-	clock := testclock.NewManual(start)
+	clock := clocktesting.NewFakeClock(start)
 	e := newEnv(t, pulsartest.Options{Clock: clock.Now, MessageExpiryCheckInterval: -1})
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")
 	e.setRetention(t, topic, 60, nil)
 	e.produce(t, topic, 0, 3, 1)
-	clock.Set(start.Add(10 * time.Second))
+	clock.SetTime(start.Add(10 * time.Second))
 	e.produce(t, topic, 3, 2, 1)
 
 	got := e.agent.Backlog(context.Background(), topic, "sub")
@@ -238,12 +238,12 @@ func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 		t.Fatalf("predicted expiry %v, want %v", expiry, start.Add(time.Minute))
 	}
 	broker := e.pulsartest(t, "moves the broker's clock")
-	clock.Set(expiry)
+	clock.SetTime(expiry)
 	broker.RunExpiryCheck()
 	if messages, _ := e.subscriptionBacklog(t, topic, "sub"); messages != 5 {
 		t.Fatalf("at the predicted time %d messages left, want all 5", messages)
 	}
-	clock.Set(expiry.Add(time.Millisecond))
+	clock.SetTime(expiry.Add(time.Millisecond))
 	broker.RunExpiryCheck()
 	if messages, _ := e.subscriptionBacklog(t, topic, "sub"); messages != 2 {
 		t.Fatalf("just after the predicted time %d messages left, want the 2 newer ones", messages)

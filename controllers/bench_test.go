@@ -149,7 +149,7 @@ func BenchmarkFullResync(b *testing.B) {
 		keys = append(keys, client.ObjectKeyFromObject(flow))
 	}
 	waitAllFlowsReady(b, ns, flows)
-	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(), Clock: controllers.RealClock{},
+	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(),
 		Agents: controllers.NewHTTPAgentClient(5*time.Second, nil)}
 	passes := max(b.N, 3)
 	b.ResetTimer()

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,21 +61,14 @@ const (
 	eventActionReconcile = "Reconcile"
 )
 
-// Clock tells the time; tests move a fake one across maintenance windows and override expiry.
-type Clock interface{ Now() time.Time }
-
-// RealClock is the wall clock.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
 // SubscriptionFlowReconciler reconciles SubscriptionFlow objects.
 type SubscriptionFlowReconciler struct {
 	client.Client
-	Scheme   *runtime.Scheme
-	Agents   AgentClient
-	Clock    Clock
+	Scheme *runtime.Scheme
+	Agents AgentClient
+	// Clock tells the time written into status and read against windows and override expiry;
+	// tests move a fake one.
+	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	// Resync is the periodic fallback push; watches on flows and pods are the main path.
 	Resync time.Duration
@@ -603,7 +597,7 @@ func (r *SubscriptionFlowReconciler) event(flow *subflowv1.SubscriptionFlow, eve
 // SetupWithManager registers the reconciler: flows, and pods mapped to the flows selecting them.
 func (r *SubscriptionFlowReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
-		r.Clock = RealClock{}
+		r.Clock = clock.RealClock{}
 	}
 	if r.Agents == nil {
 		r.Agents = NewHTTPAgentClient(DefaultPushTimeout, nil)

@@ -211,8 +211,8 @@ func TestMaintenanceWindowAndOverride(t *testing.T) {
 		tm, _ := time.Parse(time.RFC3339, "2026-11-28T"+hhmm+":00Z")
 		return tm
 	}
-	clock.Set(at("00:30"))
-	defer clock.Set(time.Now())
+	clock.SetTime(at("00:30"))
+	defer clock.SetTime(time.Now())
 	flow := newFlow(ns, "window", topic, subflowv1.StateRunning)
 	flow.Spec.MaintenanceWindows = []subflowv1.MaintenanceWindow{{Schedule: "0 1 * * *",
 		Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "UTC", State: subflowv1.StatePaused}}
@@ -224,7 +224,7 @@ func TestMaintenanceWindowAndOverride(t *testing.T) {
 		t.Fatalf("nextTransitionTime %v, want the window start", got.Status.NextTransitionTime)
 	}
 
-	clock.Set(at("01:10"))
+	clock.SetTime(at("01:10"))
 	poke(t, flow)
 	got = waitFlow(t, flow, "Paused by the window", func(f *subflowv1.SubscriptionFlow) bool {
 		return f.Status.StateSource == subflowv1.SourceWindow && isTrue(f, subflowv1.ConditionPaused)
@@ -241,7 +241,7 @@ func TestMaintenanceWindowAndOverride(t *testing.T) {
 	})
 	eventually(t, "consumer running by override", func() bool { return p.Consumer.State() == protocol.Running })
 
-	clock.Set(at("01:40"))
+	clock.SetTime(at("01:40"))
 	poke(t, flow)
 	got = waitFlow(t, flow, "expired override ignored", func(f *subflowv1.SubscriptionFlow) bool {
 		return f.Status.StateSource == subflowv1.SourceWindow && isTrue(f, subflowv1.ConditionPaused)
@@ -250,7 +250,7 @@ func TestMaintenanceWindowAndOverride(t *testing.T) {
 		t.Fatalf("expired override not reported: %q", msg)
 	}
 
-	clock.Set(at("02:05"))
+	clock.SetTime(at("02:05"))
 	poke(t, flow)
 	waitFlow(t, flow, "Running after the window", func(f *subflowv1.SubscriptionFlow) bool {
 		return f.Status.StateSource == subflowv1.SourceSpec && f.Status.EffectiveState == subflowv1.StateRunning &&

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,7 +27,6 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
 )
 
@@ -38,7 +38,7 @@ var (
 	broker *pulsartest.Broker
 	// restConfig reaches the test API server as its administrator.
 	restConfig *rest.Config
-	clock      = testclock.NewManual(time.Now()) // the reconciler's: tests move it across windows and override expiry
+	clock      = clocktesting.NewFakeClock(time.Now()) // the reconciler's: tests move it across windows and override expiry
 )
 
 // TestMain starts one real API server, one test broker and the controller for all tests.

@@ -72,12 +72,12 @@ func TestIntegrationTokenRotationNeverDelaysAPause(t *testing.T) {
 	})
 
 	rotatedAt := time.Now()
-	clock.Set(rotatedAt)
-	defer clock.Set(time.Now())
+	clock.SetTime(rotatedAt)
+	defer clock.SetTime(time.Now())
 	rotateSecret(t, ns, "rotated-token")
 	state := subflowv1.StateRunning
 	for _, step := range append([]time.Duration{0}, delays[1:len(delays)-1]...) {
-		clock.Set(rotatedAt.Add(step))
+		clock.SetTime(rotatedAt.Add(step))
 		var stale []string
 		for _, p := range pods {
 			if p.delay >= 0 && p.delay <= step {
@@ -107,7 +107,7 @@ func TestIntegrationTokenRotationNeverDelaysAPause(t *testing.T) {
 	}
 
 	// The grace is over: the pod whose copy never changes is refused, and told why.
-	clock.Set(rotatedAt.Add(controllers.DefaultTokenRotationGrace + time.Second))
+	clock.SetTime(rotatedAt.Add(controllers.DefaultTokenRotationGrace + time.Second))
 	poke(t, flow)
 	got := waitFlow(t, flow, "the pod left behind named", func(f *subflowv1.SubscriptionFlow) bool {
 		c := condition(f, subflowv1.ConditionStalled)

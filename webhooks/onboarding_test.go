@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -124,7 +125,7 @@ func startReconciler(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: controllers.RealClock{},
+	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock.RealClock{},
 		Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
 		Resync: time.Hour}).SetupWithManager(mgr)
 	if err != nil {

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-
-	"github.com/subflow-dev/subflow/internal/testclock"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // startWithClock starts a broker whose checks run only when a test calls them.
-func startWithClock(t *testing.T, clock *testclock.Manual, opts Options) *Broker {
+func startWithClock(t *testing.T, clock *clocktesting.FakeClock, opts Options) *Broker {
 	opts.Clock = clock.Now
 	opts.MessageExpiryCheckInterval, opts.BacklogQuotaCheckInterval = -1, -1
 	return Start(t, opts)
@@ -73,15 +72,15 @@ func parkSubscription(t *testing.T, c pulsar.Client, topic string) {
 // backlog waits (no consumer) loses the messages older than the TTL when the
 // broker's expiry check runs; the next consumer gets only the newer ones.
 func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl")
 	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl", DisableBatching: true})
 	produce(t, p, "old", 5)
-	clock.Advance(45 * time.Second)
+	clock.Step(45 * time.Second)
 	produce(t, p, "new", 5)
-	clock.Advance(30 * time.Second) // old: 75 s, new: 30 s
+	clock.Step(30 * time.Second) // old: 75 s, new: 30 s
 	mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 
 	if s := subStats(t, b, "ttl", "sub"); s.MsgBacklog != 10 {
@@ -102,12 +101,12 @@ func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
 
 // A topic's messageTTL overrides its namespace's (HierarchyTopicPolicies).
 func TestTopicTTLOverridesNamespaceTTL(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	b := startWithClock(t, clock, Options{DefaultMessageTTL: 10 * time.Second})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-topic")
 	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-topic"}), "m", 3)
-	clock.Advance(90 * time.Second)
+	clock.Step(90 * time.Second)
 	mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 	mustDo(t, http.MethodPost, b.AdminURL()+topicPath("ttl-topic")+"/messageTTL?messageTTL=120", "", http.StatusNoContent)
 	b.RunExpiryCheck()
@@ -124,12 +123,12 @@ func TestTopicTTLOverridesNamespaceTTL(t *testing.T) {
 // The broker runs the expiry check by itself every
 // messageExpiryCheckIntervalInMinutes.
 func TestExpiryCheckRunsPeriodically(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	b := Start(t, Options{Clock: clock.Now, MessageExpiryCheckInterval: 10 * time.Millisecond, DefaultMessageTTL: time.Minute})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-tick")
 	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-tick"}), "m", 2)
-	clock.Advance(2 * time.Minute)
+	clock.Step(2 * time.Minute)
 	eventually(t, "the periodic check expired the backlog", func() bool {
 		return b.Subscription("ttl-tick", "sub").Backlog == 0
 	})
@@ -215,7 +214,7 @@ func TestRetentionPolicyREST(t *testing.T) {
 // The consumer is connected but has asked for nothing (zero queue, the
 // paused case), so nothing was dispatched before the eviction.
 func TestBacklogQuotaEvictsBySize(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-size", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
@@ -250,15 +249,15 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 		{"precise", Options{PreciseTimeBasedBacklogQuotaCheck: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := testclock.NewManual(time.Now())
+			clock := clocktesting.NewFakeClock(time.Now())
 			b := startWithClock(t, clock, tc.opts)
 			c := newClient(t, b)
 			parkSubscription(t, c, "quota-age")
 			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "quota-age", DisableBatching: true})
 			produce(t, p, "old", 5)
-			clock.Advance(30 * time.Second)
+			clock.Step(30 * time.Second)
 			produce(t, p, "new", 5)
-			clock.Advance(5 * time.Second) // old: 35 s, new: 5 s
+			clock.Step(5 * time.Second) // old: 35 s, new: 5 s
 			mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/backlogQuota?backlogQuotaType=message_age",
 				`{"limitSize":-1,"limitTime":20,"policy":"consumer_backlog_eviction"}`, http.StatusNoContent)
 			b.CheckBacklogQuotas()
@@ -276,7 +275,7 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 
 // A quota not exceeded, or with a producer_* policy, moves no cursor.
 func TestBacklogQuotaLeavesBacklogBelowLimitOrOtherPolicy(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "quota-keep")
@@ -295,7 +294,7 @@ func TestBacklogQuotaLeavesBacklogBelowLimitOrOtherPolicy(t *testing.T) {
 // In a cluster each broker checks the topics it owns; the policies live in
 // the shared metadata, so a namespace TTL set through any broker applies.
 func TestClusterExpiresOnTheOwner(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
+	clock := clocktesting.NewFakeClock(time.Now())
 	cl := StartCluster(t, 2, Options{Clock: clock.Now, MessageExpiryCheckInterval: -1, BacklogQuotaCheckInterval: -1})
 	if err := cl.MoveTopic("ttl-cluster", 1); err != nil {
 		t.Fatal(err)
@@ -303,7 +302,7 @@ func TestClusterExpiresOnTheOwner(t *testing.T) {
 	c := clientOf(t, cl.Broker(0).ServiceURL())
 	parkSubscription(t, c, "ttl-cluster")
 	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-cluster"}), "m", 3)
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	mustDo(t, http.MethodPost, cl.Broker(0).AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 	cl.Broker(0).RunExpiryCheck()
 	if got := cl.Broker(0).Subscription("ttl-cluster", "sub").Backlog; got != 3 {

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-
-	"github.com/subflow-dev/subflow/internal/testclock"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // activeConsumerName names the single active consumer of an Exclusive or
@@ -42,8 +41,8 @@ func TestStatsActiveConsumerName(t *testing.T) {
 // message TTL compares it) of the first unacknowledged entry, and -1 once
 // the backlog is empty.
 func TestStatsEarliestTimeIsTheBrokerTimestamp(t *testing.T) {
-	clock := testclock.NewManual(time.Now())
-	clock.Advance(-time.Hour) // the broker's time differs from the producer's
+	clock := clocktesting.NewFakeClock(time.Now())
+	clock.Step(-time.Hour) // the broker's time differs from the producer's
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "early", SubscriptionName: "sub"})
@@ -53,7 +52,7 @@ func TestStatsEarliestTimeIsTheBrokerTimestamp(t *testing.T) {
 	stored := clock.Now().UnixMilli()
 	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "early", DisableBatching: true})
 	produce(t, p, "m", 1)
-	clock.Advance(time.Minute)
+	clock.Step(time.Minute)
 	produce(t, p, "m", 1)
 	if got := subStats(t, b, "early", "sub").EarliestMsgPublishTimeInBacklog; got != stored {
 		t.Fatalf("earliest %d, want the first entry's broker timestamp %d", got, stored)

@@ -1,6 +1,7 @@
-// Package testclock has the two clocks tests and simulations inject where the code takes a
-// clock: Shifted runs with the wall clock from a point a test moves, Manual stands still
-// until a test moves it. Both are safe for concurrent use.
+// Package testclock has the clock simulations inject where the code takes one: Shifted runs
+// with the wall clock from a point a test moves (the demo and chaos runs need time to pass).
+// A clock that stands still until a test moves it is k8s.io/utils/clock/testing's FakeClock.
+// Shifted is a k8s.io/utils/clock PassiveClock and safe for concurrent use.
 package testclock
 
 import (
@@ -23,6 +24,9 @@ func (c *Shifted) Now() time.Time {
 	return time.Now().Add(c.offset)
 }
 
+// Since is the time elapsed since t on this clock.
+func (c *Shifted) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 // Advance moves the clock forward by d.
 func (c *Shifted) Advance(d time.Duration) {
 	c.mu.Lock()
@@ -35,33 +39,4 @@ func (c *Shifted) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.offset = time.Until(t)
-}
-
-// Manual reads the time it was last set to.
-type Manual struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewManual returns a Manual clock that reads t.
-func NewManual(t time.Time) *Manual { return &Manual{now: t} }
-
-func (c *Manual) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set makes the clock read t.
-func (c *Manual) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-// Advance moves the clock forward by d.
-func (c *Manual) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }

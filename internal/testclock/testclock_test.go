@@ -20,19 +20,3 @@ func TestShiftedRunsFromWhereItWasMoved(t *testing.T) {
 		t.Fatalf("Set: reads %s", c.Now())
 	}
 }
-
-func TestManualStandsStill(t *testing.T) {
-	start := time.Date(2026, time.November, 1, 1, 30, 0, 0, time.UTC)
-	c := NewManual(start)
-	if !c.Now().Equal(start) || !c.Now().Equal(start) {
-		t.Fatalf("reads %s, want %s", c.Now(), start)
-	}
-	c.Advance(90 * time.Minute)
-	if want := start.Add(90 * time.Minute); !c.Now().Equal(want) {
-		t.Fatalf("Advance: reads %s, want %s", c.Now(), want)
-	}
-	c.Set(start)
-	if !c.Now().Equal(start) {
-		t.Fatalf("Set: reads %s, want %s", c.Now(), start)
-	}
-}
