@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,18 @@ const (
 	gateOpen
 	gateClosing
 )
+
+func (p gatePhase) String() string {
+	switch p {
+	case gateClosed:
+		return "closed"
+	case gateOpen:
+		return "open"
+	case gateClosing:
+		return "closing"
+	}
+	return fmt.Sprintf("gatePhase(%d)", int(p))
+}
 
 // channelCapacity is the size of the client's MessageChannel, the client's own default: a
 // closed gate holds at most this many messages from before the pause.

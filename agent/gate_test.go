@@ -496,3 +496,11 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 		t.Fatalf("%d messages reached the application while paused", v)
 	}
 }
+
+func TestGatePhaseString(t *testing.T) {
+	for phase, want := range map[gatePhase]string{gateClosed: "closed", gateOpen: "open", gateClosing: "closing", 7: "gatePhase(7)"} {
+		if got := phase.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(phase), got, want)
+		}
+	}
+}

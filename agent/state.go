@@ -288,13 +288,13 @@ func (c *Consumer) recordState() {
 	if changed {
 		c.state, c.since = actual, time.Now()
 	}
-	held := c.heldCountLocked()
+	held, phase := c.heldCountLocked(), c.phase
 	c.mu.Unlock()
 	if !changed {
 		return
 	}
 	c.metrics.setState(from, actual)
-	c.log.Info("Consumer state changed", "from", from, "state", actual, "heldMessages", held, "generation", c.remoteGen)
+	c.log.Info("Consumer state changed", "from", from, "state", actual, "gate", phase.String(), "heldMessages", held, "generation", c.remoteGen)
 }
 
 // seekWith closes the gate, runs seek on the underlying consumer, drops the held messages the
