@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -89,33 +88,23 @@ func activeOverride(annotations map[string]string, now time.Time) (subflowv1.Flo
 	if !ok || value == "" {
 		return "", nil, "", nil
 	}
-	state := canonicalState(value)
-	if state != subflowv1.StateRunning && state != subflowv1.StatePaused && state != subflowv1.StateStopped {
-		return "", nil, "", fmt.Errorf("annotation %s=%q is ignored: want Running, Paused or Stopped", subflowv1.OverrideStateAnnotation, value)
+	state, err := subflowv1.ParseOverrideState(value)
+	if err != nil {
+		return "", nil, "", fmt.Errorf("%w; it is ignored", err)
 	}
 	untilValue, ok := annotations[subflowv1.OverrideUntilAnnotation]
 	if !ok || untilValue == "" {
 		return state, nil, "", nil
 	}
-	until, err := time.Parse(time.RFC3339, untilValue)
+	until, err := subflowv1.ParseOverrideUntil(untilValue)
 	if err != nil {
 		// The state is what the on-call engineer asked for now; only its end is unreadable.
-		return state, nil, "", fmt.Errorf("annotation %s=%q cannot be read, so the override has no end: want an RFC 3339 time such as 2026-11-30T18:00:00Z", subflowv1.OverrideUntilAnnotation, untilValue)
+		return state, nil, "", fmt.Errorf("%w; the override applies without an end", err)
 	}
 	if !now.Before(until) {
 		return "", nil, fmt.Sprintf("override %s=%s expired at %s and is ignored", subflowv1.OverrideStateAnnotation, value, untilValue), nil
 	}
 	return state, &until, "", nil
-}
-
-// canonicalState accepts a state in any letter case ("paused" during an incident is meant).
-func canonicalState(value string) subflowv1.FlowState {
-	for _, s := range []subflowv1.FlowState{subflowv1.StateRunning, subflowv1.StatePaused, subflowv1.StateStopped} {
-		if strings.EqualFold(value, string(s)) {
-			return s
-		}
-	}
-	return subflowv1.FlowState(value)
 }
 
 func mostRestrictive(a, b subflowv1.FlowState) subflowv1.FlowState {

@@ -99,10 +99,25 @@ func namesAgentPort(pod *corev1.Pod, spec subflowv1.AgentSpec) bool {
 
 func containerPort(pod *corev1.Pod, name string) (int32, bool) {
 	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == name {
-				return p.ContainerPort, true
+		if port, ok := namedPort(c, name); ok {
+			return port, true
+		}
+	}
+	// A native sidecar (an init container that keeps running) serves the sidecar's control port.
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			if port, ok := namedPort(c, name); ok {
+				return port, true
 			}
+		}
+	}
+	return 0, false
+}
+
+func namedPort(c corev1.Container, name string) (int32, bool) {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort, true
 		}
 	}
 	return 0, false

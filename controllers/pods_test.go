@@ -25,6 +25,8 @@ func TestAgentBaseURL(t *testing.T) {
 		{"https port name", pod("fd00::7", corev1.ContainerPort{Name: "subflow-https", ContainerPort: 9443}), subflowv1.AgentSpec{}, "https://[fd00::7]:9443"},
 		{"spec port by name", pod("10.0.0.7", corev1.ContainerPort{Name: "agent", ContainerPort: 7000}), subflowv1.AgentSpec{Port: &byName}, "http://10.0.0.7:7000"},
 		{"no IP yet", pod(""), subflowv1.AgentSpec{}, ""},
+		{"native sidecar's port", sidecarPod(corev1.ContainerRestartPolicyAlways), subflowv1.AgentSpec{}, "http://10.0.0.7:9555"},
+		{"an init container that ends serves nothing", sidecarPod(""), subflowv1.AgentSpec{}, "http://10.0.0.7:9470"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,4 +35,15 @@ func TestAgentBaseURL(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sidecarPod runs its control port in an init container with the given restart policy (Always
+// makes it a native sidecar).
+func sidecarPod(policy corev1.ContainerRestartPolicy) *corev1.Pod {
+	init := corev1.Container{Name: "subflow-sidecar", Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: 9555}}}
+	if policy != "" {
+		init.RestartPolicy = &policy
+	}
+	return &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{init}, Containers: []corev1.Container{{Name: "app"}}},
+		Status: corev1.PodStatus{PodIP: "10.0.0.7"}}
 }
