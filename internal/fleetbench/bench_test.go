@@ -164,6 +164,7 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 	before, err := ctrl.Scrape()
 	must(b, err)
 	stopProfile := profile(b, ctrl, v, blk)
+	w.ctrlPid, w.cpuTimed = ctrl.Pid(), Metrics{}
 	start := time.Now()
 	for i := range n {
 		if budget > 0 && i > 0 && time.Since(start) > budget {
@@ -173,6 +174,7 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 		got.per, got.all = append(got.per, per...), append(got.all, all)
 		got.rounds++
 	}
+	got.addDelta(w.cpuTimed)
 	after, err := ctrl.Scrape()
 	must(b, err)
 	got.addDelta(Delta(before, after))
@@ -253,6 +255,11 @@ func reportTime(b *testing.B, v variant, s *samples) {
 		b.ReportMetric(m.value, v.unit(m.unit))
 	}
 	reportPhases(b, v, d)
+	// CPU seconds of each process in the timed part of a round (the change measured, not the
+	// change back), beside its wall time: whether 2 cores were the bound, and whose.
+	for _, name := range []string{"wall", "controller", "apiserver", "etcd", "bench"} {
+		b.ReportMetric(d["cpu:"+name]/rounds, v.unit("cpu-"+name+"-s/round"))
+	}
 }
 
 // reportPhases reports the mean of each phase of an instrumented build's subflow_phase_seconds.
@@ -286,9 +293,13 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // round starts with the controller idle.
 func patchRound(s shape) roundFunc {
 	return func(b *testing.B, w *world) ([]time.Duration, time.Duration) {
+		var per []time.Duration
+		var all time.Duration
+		w.timed(func(start time.Time) {
+			w.patchAll(b, `{"spec":{"state":"Paused"}}`)
+			per, all = w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
+		})
 		start := time.Now()
-		w.patchAll(b, `{"spec":{"state":"Paused"}}`)
-		per, all := w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
 		w.patchAll(b, `{"spec":{"state":"Running"}}`)
 		w.awaitTold(b, protocol.Running, start, 2*time.Minute)
 		w.awaitSettled(b, subflowv1.StateRunning, s.hanging > 0, 2*time.Minute)
@@ -300,13 +311,17 @@ func patchRound(s shape) roundFunc {
 // process; the clock starts before the plugin does. The override is then removed (untimed).
 func switchRound(s shape, plugin string) roundFunc {
 	return func(b *testing.B, w *world) ([]time.Duration, time.Duration) {
+		var per []time.Duration
+		var all time.Duration
+		w.timed(func(start time.Time) {
+			cmd := exec.Command(plugin, "pause", "-l", "db=orders", "-A", "--reason", "fleetbench")
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("kubectl subflow pause: %v\n%s", err, out)
+			}
+			per, all = w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
+		})
 		start := time.Now()
-		cmd := exec.Command(plugin, "pause", "-l", "db=orders", "-A", "--reason", "fleetbench")
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("kubectl subflow pause: %v\n%s", err, out)
-		}
-		per, all := w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
 		w.patchAll(b, fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, subflowv1.OverrideStateAnnotation, subflowv1.OverrideReasonAnnotation))
 		w.awaitTold(b, protocol.Running, start, 2*time.Minute)
 		w.awaitSettled(b, subflowv1.StateRunning, s.hanging > 0, 2*time.Minute)
@@ -426,6 +441,8 @@ func resyncPass(b *testing.B, w *world, s shape, v variant, tag string, got *sam
 	ctrl, err := StartController(v.bin, w.kubeconfig, w.controllerLog(safe(b.Name())+"-"+v.name+"-"+tag), v.flags)
 	must(b, err)
 	defer ctrl.Stop()
+	w.ctrlPid, w.cpuTimed = ctrl.Pid(), Metrics{}
+	cpuBefore, passStart := sampleCPU(ctrl.Pid()), time.Now()
 	stopProfile := func() {}
 	if tag == "0-0" {
 		stopProfile = profile(b, ctrl, v, 0)
@@ -456,6 +473,8 @@ func resyncPass(b *testing.B, w *world, s shape, v variant, tag string, got *sam
 		flows = append(flows, t.Sub(firstAny))
 	}
 	w.awaitSettled(b, s.state, s.hanging > 0, 2*time.Minute)
+	w.addCPU(cpuBefore, sampleCPU(ctrl.Pid()), time.Since(passStart))
+	got.addDelta(w.cpuTimed)
 	m, err := ctrl.Scrape()
 	must(b, err)
 	got.addDelta(m)

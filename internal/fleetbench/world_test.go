@@ -49,6 +49,24 @@ type world struct {
 	dir        string
 	fleet      *Fleet
 	flows      []flowRef
+	// ctrlPid is the running controller's; cpuTimed sums each process's CPU seconds ("cpu:NAME")
+	// and the wall time ("cpu:wall") of the timed parts of rounds.
+	ctrlPid  int
+	cpuTimed Metrics
+}
+
+// timed runs the timed part of a round, adding the CPU each process used meanwhile.
+func (w *world) timed(part func(start time.Time)) {
+	before, start := sampleCPU(w.ctrlPid), time.Now()
+	part(start)
+	w.addCPU(before, sampleCPU(w.ctrlPid), time.Since(start))
+}
+
+func (w *world) addCPU(before, after cpuUse, wall time.Duration) {
+	w.cpuTimed["cpu:wall"] += wall.Seconds()
+	for name, v := range after {
+		w.cpuTimed["cpu:"+name] += v - before[name]
+	}
 }
 
 // newWorld starts a control plane of its own (so that each shape's controller caches only its
@@ -122,11 +140,11 @@ func (w *world) populate(b *testing.B, s shape) {
 		f := w.flows[i]
 		flow := &subflowv1.SubscriptionFlow{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.key.Namespace, Name: f.key.Name, Labels: map[string]string{"db": "orders"}},
-			Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: pods[0].Labels},
+			Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet-flow": f.key.Name}},
 				Subscription: "sub-" + f.key.Name, State: s.state},
 		}
-		if !s.shared {
-			flow.Spec.Selector.MatchLabels = map[string]string{"fleet-flow": f.key.Name}
+		if s.shared {
+			flow.Spec.Selector.MatchLabels = map[string]string{"app": "worker"}
 		}
 		return w.c.Create(ctx, flow)
 	})
@@ -249,7 +267,7 @@ func (w *world) awaitSettled(b *testing.B, want subflowv1.FlowState, hanging boo
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d flows settled at %s within %s", settled, len(w.flows), want, timeout)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // untimed; a LIST of every flow is not cheap for the API server
 	}
 }
 
