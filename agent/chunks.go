@@ -97,7 +97,7 @@ func (c *Consumer) renew(seq int64) {
 	if !stale {
 		c.renewal = nil
 	}
-	c.mu.Unlock()
+	c.unlockGate()
 	if stale || c.desired() != protocol.Paused {
 		return
 	}

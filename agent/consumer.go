@@ -177,7 +177,7 @@ func (c *Consumer) endLocked() {
 // Status reports the observed state of the consumer.
 func (c *Consumer) Status() protocol.ConsumerStatus {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	return protocol.ConsumerStatus{
 		Topic:               c.topic,
 		Subscription:        c.opts.SubscriptionName,
@@ -344,13 +344,13 @@ func (c *Consumer) Close() {
 func (c *Consumer) finish(why string) {
 	c.mu.Lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlockGate()
 		return
 	}
 	c.closeGateLocked()
 	c.endLocked()
 	c.signalLocked()
-	c.mu.Unlock()
+	c.unlockGate()
 	c.closeInner()
 	c.recordState()
 	c.agent.forget(c)
@@ -363,6 +363,6 @@ func (c *Consumer) discard() {
 	c.mu.Lock()
 	c.endLocked()
 	c.signalLocked()
-	c.mu.Unlock()
+	c.unlockGate()
 	c.metrics.delete()
 }

@@ -36,8 +36,9 @@ import (
 // Receive reads it (see zeroqueue.go); its fetch in flight is the only taker, and its message
 // is held when the gate is closed.
 //
-// openGateLocked, closeGateLocked and plugLocked are the only code that changes the phase or
-// the plug; all run with Consumer.mu held.
+// openGateLocked and closeGateLocked are the only code that changes the phase; plugLocked,
+// unplugLocked and resetPlugLocked (a new src, or none) the only code that changes the plug.
+// All run with Consumer.mu held, which is released through unlockGate.
 type gatePhase int
 
 const (
@@ -155,6 +156,7 @@ func (c *Consumer) closeGateLocked() {
 		c.syncFastLocked()
 		c.signalLocked()
 		for c.takers > 0 || c.fastTakers.Load() > 0 {
+			checkGateLocked(c) // Wait releases c.mu
 			c.takersGo.Wait()
 		}
 		c.phase = gateClosed
@@ -193,8 +195,14 @@ func (c *Consumer) unplugLocked() {
 			c.holdLocked(cm, false)
 		}
 	}
-	c.plugged, c.pluggedReal, c.dropPlugged, c.dropPluggedOf = false, 0, false, nil
+	c.resetPlugLocked(false)
 	c.metrics.held.Set(float64(c.heldCountLocked()))
+}
+
+// resetPlugLocked starts the plug's bookkeeping afresh: src was unplugged, replaced by a new
+// one (plugged when the gate gave it full, so it holds placeholders only) or dropped.
+func (c *Consumer) resetPlugLocked(plugged bool) {
+	c.plugged, c.pluggedReal, c.dropPlugged, c.dropPluggedOf = plugged, 0, false, nil
 }
 
 func (c *Consumer) droppedWhilePlugged(cm pulsar.ConsumerMessage) bool {
@@ -229,14 +237,14 @@ func (c *Consumer) lockOpen(ctx context.Context) (<-chan struct{}, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
-			c.mu.Unlock()
+			c.unlockGate()
 			return nil, ErrConsumerClosed
 		}
 		changed := c.changed
 		if c.phase == gateOpen {
 			return changed, nil
 		}
-		c.mu.Unlock()
+		c.unlockGate()
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -256,16 +264,16 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 			return pulsar.ConsumerMessage{}, err
 		}
 		if cm, ok := c.popHeldLocked(); ok {
-			c.mu.Unlock()
+			c.unlockGate()
 			return cm, nil
 		}
 		if c.fast.Load() {
-			c.mu.Unlock()
+			c.unlockGate()
 			continue
 		}
 		src := c.src
 		c.takers++
-		c.mu.Unlock()
+		c.unlockGate()
 		select {
 		case cm := <-src:
 			if c.handOver(cm) {
@@ -314,7 +322,7 @@ func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok 
 	}
 	c.mu.Lock()
 	c.holdLocked(cm, true) // the gate is closing: back to the front of held
-	c.mu.Unlock()
+	c.unlockGate()
 	return cm, false, nil
 }
 
@@ -322,7 +330,7 @@ func (c *Consumer) leaveFast() {
 	if c.fastTakers.Add(-1) == 0 && !c.fast.Load() {
 		c.mu.Lock()
 		c.takersGo.Broadcast()
-		c.mu.Unlock()
+		c.unlockGate()
 	}
 }
 
@@ -347,7 +355,7 @@ func (c *Consumer) syncFastLocked() {
 // back to the front of held: it is older than anything src still has).
 func (c *Consumer) handOver(cm pulsar.ConsumerMessage) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	c.leaveLocked()
 	c.noteChunked(cm)
 	if c.dropOnArrivalLocked(cm) {
@@ -371,7 +379,7 @@ func (c *Consumer) countReceivedWhilePausedLocked() {
 func (c *Consumer) leave() {
 	c.mu.Lock()
 	c.leaveLocked()
-	c.mu.Unlock()
+	c.unlockGate()
 }
 
 func (c *Consumer) leaveLocked() {
@@ -398,12 +406,12 @@ func (c *Consumer) offer(cm pulsar.ConsumerMessage) {
 		c.mu.Lock()
 		if c.phase != gateOpen {
 			c.holdLocked(cm, true) // offered again, first, once the gate is open
-			c.mu.Unlock()
+			c.unlockGate()
 			return
 		}
 		changed := c.changed
 		c.takers++
-		c.mu.Unlock()
+		c.unlockGate()
 		select {
 		case c.out <- cm:
 			c.leave()
@@ -496,7 +504,7 @@ func (c *Consumer) DropHeld(before time.Time) int { return c.DropHeldOf(before, 
 func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
 	set := newPartitionSet(partitions)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	n := c.dropHeldLocked(before, set)
 	c.handed.forget() // the cursor moved: copies from the broker are no longer duplicates
 	// and the messages of an earlier seek target's entry on a moved partition are wanted again
@@ -524,6 +532,22 @@ func newPartitionSet(partitions []int32) partitionSet {
 }
 
 func (s partitionSet) has(p int32) bool { return s == nil || s[p] }
+
+// checkGate, set only by the package's tests (invariants_test.go), verifies the gate's
+// invariants each time c.mu is released, that is after every transition.
+var checkGate func(*Consumer)
+
+func checkGateLocked(c *Consumer) {
+	if checkGate != nil {
+		checkGate(c)
+	}
+}
+
+// unlockGate releases c.mu, the gate's lock.
+func (c *Consumer) unlockGate() {
+	checkGateLocked(c)
+	c.mu.Unlock()
+}
 
 // signalLocked wakes every goroutine waiting on the gate so that it re-checks.
 func (c *Consumer) signalLocked() {

@@ -104,7 +104,7 @@ func clientNackOptions(opts *pulsar.ConsumerOptions) {
 // nacks go to the client at once (counted in a metric).
 func (c *Consumer) nack(n deferredNack) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	if c.inner == nil {
 		return // stopped or closed: closing returned the message to the broker already
 	}
@@ -166,7 +166,7 @@ func (c *Consumer) stopNackTimerLocked() {
 // is still open (else the next open reschedules them).
 func (c *Consumer) handOverDueNacks() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	if c.phase != gateOpen || c.inner == nil {
 		return
 	}
@@ -198,6 +198,6 @@ func (c *Consumer) dropNacksLocked() {
 // redelivery delay to pass while running.
 func (c *Consumer) DeferredNacks() int {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	return len(c.nacks)
 }

@@ -41,7 +41,7 @@ func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) 
 	for {
 		c.mu.Lock()
 		closed, changed := c.closed, c.changed
-		c.mu.Unlock()
+		c.unlockGate()
 		if closed {
 			return nil, ErrConsumerClosed
 		}

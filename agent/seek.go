@@ -219,7 +219,7 @@ func (c *Consumer) beginReset(ctx context.Context) error {
 	want := c.desired()
 	c.mu.Lock()
 	c.seeking, c.seekWant = true, want
-	c.mu.Unlock()
+	c.unlockGate()
 	c.closeGate()
 	c.closeInner()
 	return nil
@@ -272,7 +272,7 @@ func (c *Consumer) endReset(moved movedCursors, errs []error) error {
 		c.setSkips(c.skipsAfter(moved))
 		c.dropHeldLocked(time.Time{}, nil)
 	}
-	c.mu.Unlock()
+	c.unlockGate()
 	if closed {
 		return errors.Join(append([]error{ErrConsumerClosed}, errs...)...)
 	}

@@ -119,7 +119,7 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 		return nil
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	if old := c.skips.Load(); old != nil {
 		for p, f := range *old {
 			if _, ok := filters[p]; !ok {

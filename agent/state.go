@@ -87,7 +87,7 @@ func (c *Consumer) Generation() int64 {
 // State returns the state the consumer is actually in.
 func (c *Consumer) State() protocol.State {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	return c.state
 }
 
@@ -150,7 +150,7 @@ func (c *Consumer) reconcile() error {
 		err = c.ensureSubscribed()
 		c.mu.Lock()
 		c.armRenewalLocked()
-		c.mu.Unlock()
+		c.unlockGate()
 	case protocol.Stopped:
 		c.closeGate()
 		c.closeInner()
@@ -171,7 +171,7 @@ func (c *Consumer) parkedForSeek(want protocol.State) bool {
 	if seeking {
 		c.seekWant = want
 	}
-	c.mu.Unlock()
+	c.unlockGate()
 	if seeking {
 		c.recordState()
 	}
@@ -180,7 +180,7 @@ func (c *Consumer) parkedForSeek(want protocol.State) bool {
 
 func (c *Consumer) isClosed() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockGate()
 	return c.closed
 }
 
@@ -188,7 +188,7 @@ func (c *Consumer) openGate() {
 	c.mu.Lock()
 	c.openGateLocked()
 	inner := c.inner
-	c.mu.Unlock()
+	c.unlockGate()
 	if p, ok := inner.(nativePauser); ok {
 		p.Resume()
 	}
@@ -198,7 +198,7 @@ func (c *Consumer) closeGate() {
 	c.mu.Lock()
 	c.closeGateLocked()
 	inner := c.inner
-	c.mu.Unlock()
+	c.unlockGate()
 	if p, ok := inner.(nativePauser); ok {
 		p.Pause()
 	}
@@ -210,12 +210,12 @@ func (c *Consumer) closeGate() {
 func (c *Consumer) ensureSubscribed() error {
 	c.mu.Lock()
 	if c.inner != nil {
-		c.mu.Unlock()
+		c.unlockGate()
 		return nil
 	}
 	src := c.newSourceLocked()
 	plugged := len(src) > 0
-	c.mu.Unlock()
+	c.unlockGate()
 	opts := c.opts
 	opts.MessageChannel = src
 	opts.Topics = slices.Clone(c.opts.Topics) // the client rewrites topic names in place
@@ -229,8 +229,8 @@ func (c *Consumer) ensureSubscribed() error {
 	}
 	c.mu.Lock()
 	c.setInnerLocked(inner, src)
-	c.plugged, c.pluggedReal = plugged, 0
-	c.mu.Unlock()
+	c.resetPlugLocked(plugged)
+	c.unlockGate()
 	c.log.Info("Consumer subscribed")
 	return nil
 }
@@ -246,9 +246,9 @@ func (c *Consumer) closeInner() {
 	dropped := c.dropHeldLocked(time.Time{}, nil)
 	c.dropNacksLocked()
 	c.handed.forget()
-	c.plugged, c.pluggedReal = false, 0
+	c.resetPlugLocked(false)
 	c.metrics.held.Set(0)
-	c.mu.Unlock()
+	c.unlockGate()
 	if inner == nil {
 		return
 	}
@@ -260,7 +260,7 @@ func (c *Consumer) closeInner() {
 func (c *Consumer) waitFetchStopped() {
 	c.mu.Lock()
 	done := c.stopFetchLocked()
-	c.mu.Unlock()
+	c.unlockGate()
 	if done != nil {
 		<-done
 	}
@@ -289,7 +289,7 @@ func (c *Consumer) recordState() {
 		c.state, c.since = actual, time.Now()
 	}
 	held, phase := c.heldCountLocked(), c.phase
-	c.mu.Unlock()
+	c.unlockGate()
 	if !changed {
 		return
 	}
@@ -317,14 +317,14 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 	c.waitFetchStopped()
 	c.mu.Lock()
 	c.unplugLocked() // the client's Seek empties its channel itself; closing plugs it again
-	c.mu.Unlock()
+	c.unlockGate()
 	if err = seek(inner); err == nil {
 		c.mu.Lock()
 		c.setSkips(nil) // filters of an earlier seek no longer apply
 		dropped := c.dropHeldLocked(time.Time{}, nil)
 		c.dropNacksLocked()
 		c.handed.forget()
-		c.mu.Unlock()
+		c.unlockGate()
 		if dropped > 0 {
 			c.log.Info("Held messages dropped by seek", "dropped", dropped)
 		}

@@ -28,14 +28,14 @@ func (c *Consumer) receiveZeroQueue(ctx context.Context) (pulsar.Message, error)
 			return nil, err
 		}
 		if cm, ok := c.popHeldLocked(); ok {
-			c.mu.Unlock()
+			c.unlockGate()
 			return cm.Message, nil
 		}
 		f := c.fetch
 		if f == nil {
 			f = c.startFetchLocked()
 		}
-		c.mu.Unlock()
+		c.unlockGate()
 		select {
 		case <-f.done:
 			if f.err != nil && !errors.Is(f.err, context.Canceled) {
@@ -57,7 +57,7 @@ func (c *Consumer) startFetchLocked() *zeroQueueFetch {
 		msg, err := inner.Receive(ctx)
 		cancel()
 		c.mu.Lock()
-		defer c.mu.Unlock()
+		defer c.unlockGate()
 		if err == nil && !c.closed && c.inner == inner {
 			cm := pulsar.ConsumerMessage{Consumer: c, Message: msg}
 			if !c.dropOnArrivalLocked(cm) {
