@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -50,11 +52,63 @@ func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 		}
 		t.Logf("%s: %d received before the pause, %d after it returned (bound %d), %d held", lang, atPause, late, strictLeakBound[lang], c.Counts().Held)
 
+		if lang == "go" {
+			// pulsar-client-go v0.21 notifies a consumer of a CLOSE_CONSUMER before it removes
+			// the consumer's handler from the connection (connection.go, handleCloseConsumer;
+			// upstream PR 1506 swaps them), so a reconnect that is quick enough loses its new
+			// handler and every later MESSAGE is dropped as unexpected: the consumer stalls.
+			// Seen in about one run in eight here; docs/sidecar.md tells Go applications to use
+			// the default mode or the agent library. The bound above is what this test shows.
+			return
+		}
 		setState(t, c, protocol.Running)
 		// The request was written before SetState returned; the recorder reads it a moment later.
 		eventually(t, "the sidecar's redelivery request on resume", func() bool {
 			return len(w.rec.Events(onWire, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)) > 0
 		})
 		eventually(t, "every message to reach the application after resume", func() bool { return len(missing(sent, app.messages())) == 0 })
+	})
+}
+
+// Strict pause, then Stopped, then Running, then a resume ordered before the client has
+// subscribed again, for the clients whose strict pause is safe: every path ends with every
+// message delivered, none of it while halted.
+func TestStrictPauseTransitions(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		if lang == "go" {
+			t.Skip("pulsar-client-go can lose its consumer handler on a sidecar-initiated close (see TestStrictPauseTakesBackTheClientsBuffer)")
+		}
+		w := newWorld(t, Options{StrictPause: true})
+		topic, name := uniqueTopic(t), "app-"+lang
+		producer := newClient(t, w.url)
+		sent := produceUnbatched(t, producer, topic, "m", 0, 20)
+		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, queue: 10})
+		c := consumerNamed(t, w.sidecar, "s", name)
+		eventually(t, "the first 20", func() bool { return len(missing(sent, app.messages())) == 0 })
+
+		setState(t, c, protocol.Paused)
+		setState(t, c, protocol.Stopped)
+		mark := w.rec.Mark()
+		halted := produceUnbatched(t, producer, topic, "m", 20, 40)
+		setState(t, c, protocol.Running)
+		if n := len(w.rec.Consumers(wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark})); n != 1 {
+			t.Errorf("%d SUBSCRIBEs after Running from Stopped, want 1", n)
+		}
+		all := append(sent, halted...)
+		eventually(t, "everything after Running", func() bool { return len(missing(all, app.messages())) == 0 })
+
+		// A pause whose wait is cut short (the control server's deadline) can leave the
+		// client subscribing again when Running comes; its SUBSCRIBE is then answered and the
+		// consumer runs at once.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		err := c.SetState(ctx, protocol.Paused, generation.Add(1))
+		cancel()
+		t.Logf("%s: a pause cut short returned %v", lang, err)
+		more := produceUnbatched(t, producer, topic, "m", 40, 60)
+		setState(t, c, protocol.Running)
+		all = append(all, more...)
+		eventually(t, "everything after a resume that may have overtaken the re-subscribe", func() bool {
+			return len(missing(all, app.messages())) == 0
+		})
 	})
 }
