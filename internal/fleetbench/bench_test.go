@@ -106,6 +106,8 @@ func (v variant) unit(u string) string {
 // samples collects one variant's figures over its blocks.
 type samples struct {
 	all, per []time.Duration
+	patched  []time.Duration // until the last flow's patch was answered (the plugin exited)
+	lags     []time.Duration // per flow, its patch answered to its last agent told
 	delta    Metrics
 	rounds   int
 	rss, hwm float64
@@ -164,7 +166,7 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 	before, err := ctrl.Scrape()
 	must(b, err)
 	stopProfile := profile(b, ctrl, v, blk)
-	w.ctrlPid, w.cpuTimed = ctrl.Pid(), Metrics{}
+	w.ctrlPid, w.cpuTimed, w.patched, w.lags = ctrl.Pid(), Metrics{}, nil, nil
 	start := time.Now()
 	for i := range n {
 		if budget > 0 && i > 0 && time.Since(start) > budget {
@@ -175,6 +177,7 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 		got.rounds++
 	}
 	got.addDelta(w.cpuTimed)
+	got.patched, got.lags = append(got.patched, w.patched...), append(got.lags, w.lags...)
 	after, err := ctrl.Scrape()
 	must(b, err)
 	got.addDelta(Delta(before, after))
@@ -220,6 +223,15 @@ func report(b *testing.B, vs []variant, got map[string]*samples, withPer bool) {
 		b.ReportMetric(ms(percentile(s.all, 50)), v.unit("all-p50-ms"))
 		b.ReportMetric(ms(percentile(s.all, 99)), v.unit("all-p99-ms"))
 		b.ReportMetric(float64(len(s.all)), v.unit("rounds"))
+		if len(s.patched) > 0 {
+			b.ReportMetric(ms(percentile(s.patched, 50)), v.unit("patched-p50-ms"))
+			b.ReportMetric(ms(percentile(s.patched, 99)), v.unit("patched-p99-ms"))
+		}
+		if len(s.lags) > 0 {
+			b.ReportMetric(ms(percentile(s.lags, 50)), v.unit("flow-lag-p50-ms"))
+			b.ReportMetric(ms(percentile(s.lags, 99)), v.unit("flow-lag-p99-ms"))
+			b.ReportMetric(float64(len(s.lags)), v.unit("flow-lag-samples"))
+		}
 		if withPer {
 			b.ReportMetric(ms(percentile(s.per, 50)), v.unit("agent-p50-ms"))
 			b.ReportMetric(ms(percentile(s.per, 99)), v.unit("agent-p99-ms"))
@@ -297,6 +309,7 @@ func patchRound(s shape) roundFunc {
 		var all time.Duration
 		w.timed(func(start time.Time) {
 			w.patchAll(b, `{"spec":{"state":"Paused"}}`)
+			w.patched = append(w.patched, time.Since(start))
 			per, all = w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
 		})
 		start := time.Now()
@@ -313,12 +326,14 @@ func switchRound(s shape, plugin string) roundFunc {
 	return func(b *testing.B, w *world) ([]time.Duration, time.Duration) {
 		var per []time.Duration
 		var all time.Duration
+		w.answered = nil // the plugin's own
 		w.timed(func(start time.Time) {
 			cmd := exec.Command(plugin, "pause", "-l", "db=orders", "-A", "--reason", "fleetbench")
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("kubectl subflow pause: %v\n%s", err, out)
 			}
+			w.patched = append(w.patched, time.Since(start))
 			per, all = w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
 		})
 		start := time.Now()

@@ -53,6 +53,11 @@ type world struct {
 	// and the wall time ("cpu:wall") of the timed parts of rounds.
 	ctrlPid  int
 	cpuTimed Metrics
+	patched  []time.Duration // per round, until every flow's patch was answered
+	// answered is when each flow's patch of the current round was answered (zero: unknown, the
+	// plugin patched it); lags are each flow's last agent told, from then: the controller's share.
+	answered []time.Time
+	lags     []time.Duration
 }
 
 // timed runs the timed part of a round, adding the CPU each process used meanwhile.
@@ -63,6 +68,9 @@ func (w *world) timed(part func(start time.Time)) {
 }
 
 func (w *world) addCPU(before, after cpuUse, wall time.Duration) {
+	if w.cpuTimed == nil {
+		w.cpuTimed = Metrics{}
+	}
 	w.cpuTimed["cpu:wall"] += wall.Seconds()
 	for name, v := range after {
 		w.cpuTimed["cpu:"+name] += v - before[name]
@@ -213,9 +221,12 @@ func must(b *testing.B, err error) {
 // one) would.
 func (w *world) patchAll(b *testing.B, patch string) {
 	ctx := context.Background()
+	w.answered = make([]time.Time, len(w.flows))
 	parallel(b, len(w.flows), func(i int) error {
 		flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: w.flows[i].key.Namespace, Name: w.flows[i].key.Name}}
-		return w.c.Patch(ctx, flow, client.RawPatch(types.MergePatchType, []byte(patch)))
+		err := w.c.Patch(ctx, flow, client.RawPatch(types.MergePatchType, []byte(patch)))
+		w.answered[i] = time.Now()
+		return err
 	})
 }
 
@@ -224,13 +235,14 @@ func (w *world) patchAll(b *testing.B, patch string) {
 func (w *world) awaitTold(b *testing.B, want protocol.State, start time.Time, timeout time.Duration) (per []time.Duration, all time.Duration) {
 	b.Helper()
 	deadline := time.Now().Add(timeout)
-	for _, f := range w.flows {
+	for i, f := range w.flows {
+		var last time.Time
 		for _, a := range f.agents {
 			for {
 				state, since := a.Told(f.rule)
 				if state == want && !since.Before(start) {
 					d := since.Sub(start)
-					per, all = append(per, d), max(all, d)
+					per, all, last = append(per, d), max(all, d), later(last, since)
 					break
 				}
 				if time.Now().After(deadline) {
@@ -238,6 +250,9 @@ func (w *world) awaitTold(b *testing.B, want protocol.State, start time.Time, ti
 				}
 				time.Sleep(time.Millisecond)
 			}
+		}
+		if want == protocol.Paused && i < len(w.answered) && !w.answered[i].IsZero() {
+			w.lags = append(w.lags, last.Sub(w.answered[i]))
 		}
 	}
 	return per, all
