@@ -1,6 +1,9 @@
 # subflow - declarative pause, resume, stop and seek for Apache Pulsar subscriptions.
 
 IMG ?= ghcr.io/subflow-dev/subflow:latest
+# OVERLAY picks the installation under config/: default (the controller manages its webhook
+# certificates) or cert-manager.
+OVERLAY ?= default
 GO ?= go
 CONTROLLER_GEN = $(GO) tool controller-gen
 # Real kube-apiserver and etcd for tests and the demo; built once from the Go module proxy.
@@ -130,11 +133,11 @@ uninstall: ## Delete every SubscriptionFlow (the controller releases their pods)
 	kubectl delete -k config/crd --ignore-not-found
 
 .PHONY: deploy
-deploy: ## Deploy the controller with image IMG.
+deploy: ## Deploy the controller with image IMG and its webhooks (OVERLAY=cert-manager for cert-manager's certificates).
 	cd config/manager && kubectl kustomize . >/dev/null
-	kubectl kustomize config/default | sed 's#ghcr.io/subflow-dev/subflow:latest#$(IMG)#' | kubectl apply --server-side -f -
+	kubectl kustomize config/$(OVERLAY) | sed 's#ghcr.io/subflow-dev/subflow:latest#$(IMG)#' | kubectl apply --server-side -f -
 
 .PHONY: undeploy
 undeploy: ## Delete every SubscriptionFlow while the controller runs (it releases their pods), then the controller and the CRD.
 	hack/release-flows.sh
-	kubectl delete -k config/default --ignore-not-found
+	kubectl delete -k config/$(OVERLAY) --ignore-not-found

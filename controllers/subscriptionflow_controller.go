@@ -247,6 +247,11 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		obs.Revision = newest + 1
 		obs.Outcomes = r.pushAll(ctx, key, obs.Revision, pods, target, request)
 	}
+	for i := range obs.Outcomes {
+		if obs.Outcomes[i].Status == nil {
+			obs.Outcomes[i].Wiring = wiringProblem(&pods[i], flow, obs.Outcomes[i].Err)
+		}
+	}
 }
 
 // stall reports input that a person must fix; nothing is pushed or released meanwhile.

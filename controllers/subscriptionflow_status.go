@@ -46,6 +46,8 @@ type podOutcome struct {
 	Err    error
 	// PreviousToken: the agent accepted only the token its Secret held before a rotation.
 	PreviousToken bool
+	// Wiring says why the pod may not be wired for subflow, when its agent did not answer.
+	Wiring string
 }
 
 // observation is everything the status is computed from in one reconcile.
@@ -171,7 +173,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		agent := subflowv1.AgentStatus{Pod: o.Pod}
 		if o.Status == nil {
 			pods.Unreachable++
-			agent.State, agent.Message = "Unreachable", errorText(o.Err)
+			agent.State, agent.Message = "Unreachable", clip(withWiring(errorText(o.Err), o.Wiring), maxAgentText)
 			agents = append(agents, agent)
 			continue
 		}
@@ -524,7 +526,7 @@ func describeUnreachable(obs observation) string {
 	var parts []string
 	for _, o := range obs.Outcomes {
 		if o.Status == nil && !IsUnauthorized(o.Err) {
-			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, errorText(o.Err)))
+			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, withWiring(errorText(o.Err), o.Wiring)))
 		}
 	}
 	return listNames(parts)
@@ -619,6 +621,14 @@ func listNames(names []string) string {
 		return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
 	}
 	return strings.Join(names, ", ")
+}
+
+// withWiring puts the pod's wiring problem first: it is the cause, the error the symptom.
+func withWiring(text, wiring string) string {
+	if wiring == "" {
+		return text
+	}
+	return wiring + "; " + text
 }
 
 func errorText(err error) string {

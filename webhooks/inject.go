@@ -9,22 +9,23 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 )
 
 // The pod's opt-in and its outcome (docs/onboarding.md).
 const (
 	// InjectLabel opts a pod in; its value is the mode. The webhook only sees pods carrying it.
-	InjectLabel = "subflow.dev/inject"
+	InjectLabel = subflowv1.InjectLabel
 	// ModeAgent wires a pod whose application links the agent library.
 	ModeAgent = "agent"
 	// ModeSidecar adds the protocol-proxy sidecar for applications in any language.
 	ModeSidecar = "sidecar"
 
 	// InjectedAnnotation records the mode a pod was wired in.
-	InjectedAnnotation = "subflow.dev/injected"
+	InjectedAnnotation = subflowv1.InjectedAnnotation
 	// SkippedAnnotation records why a pod that asked was admitted unwired: "<Reason>: <message>".
-	SkippedAnnotation = "subflow.dev/injection-skipped"
+	SkippedAnnotation = subflowv1.InjectionSkippedAnnotation
 	// AgentPortAnnotation sets the control port (default protocol.DefaultPort).
 	AgentPortAnnotation = "subflow.dev/agent-port"
 	// ContainerAnnotation names the application container when the pod has several.

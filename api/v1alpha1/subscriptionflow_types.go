@@ -47,6 +47,14 @@ const (
 
 // Annotations for the on-call engineer; they win over windows and spec without editing Git.
 const (
+	// InjectLabel on a pod asks the controller's webhook to wire it for subflow; its value is
+	// the mode, agent or sidecar (docs/onboarding.md).
+	InjectLabel = "subflow.dev/inject"
+	// InjectedAnnotation records on a pod the mode the webhook wired it in.
+	InjectedAnnotation = "subflow.dev/injected"
+	// InjectionSkippedAnnotation records on a pod why the webhook admitted it unwired:
+	// "<Reason>: <message>". Flows that select the pod name it in their status.
+	InjectionSkippedAnnotation = "subflow.dev/injection-skipped"
 	// OverrideStateAnnotation holds Running, Paused or Stopped.
 	OverrideStateAnnotation = "subflow.dev/override-state"
 	// OverrideUntilAnnotation optionally bounds the override (RFC 3339); an expired override is ignored.
