@@ -5,37 +5,28 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // retryBook gives each flow a retry delay that doubles from firstRetry up to maxRetry while it
 // is not ready, so that an unreachable pod or a wrong token is retried soon at first and then
-// without hammering anyone. Pod and flow events still reconcile at once.
+// without hammering anyone. Pod and flow events still reconcile at once. It is client-go's
+// per-item exponential rate limiter, made when first used so that a reconciler built as a
+// struct literal (tests, benchmarks) has one too.
 type retryBook struct {
-	mu       sync.Mutex
-	attempts map[types.NamespacedName]int
+	once    sync.Once
+	limiter workqueue.TypedRateLimiter[types.NamespacedName]
 }
 
-func (b *retryBook) next(key types.NamespacedName) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.attempts == nil {
-		b.attempts = map[types.NamespacedName]int{}
-	}
-	n := b.attempts[key]
-	b.attempts[key] = n + 1
-	return backoff(n)
+func (b *retryBook) get() workqueue.TypedRateLimiter[types.NamespacedName] {
+	b.once.Do(func() {
+		b.limiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](firstRetry, maxRetry)
+	})
+	return b.limiter
 }
 
-func (b *retryBook) reset(key types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.attempts, key)
-}
+// next is the delay before the flow's next retry, counting this one.
+func (b *retryBook) next(key types.NamespacedName) time.Duration { return b.get().When(key) }
 
-// backoff is firstRetry * 2^attempt, at most maxRetry.
-func backoff(attempt int) time.Duration {
-	if attempt >= 16 {
-		return maxRetry
-	}
-	return min(firstRetry<<attempt, maxRetry)
-}
+// reset forgets the flow's failures: the next retry waits firstRetry again.
+func (b *retryBook) reset(key types.NamespacedName) { b.get().Forget(key) }
