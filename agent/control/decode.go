@@ -7,19 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
+
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// maxJSONDepth bounds nesting: a flow request is three levels deep.
-const maxJSONDepth = 8
-
 // decodeFlowRequest reads one FlowRequest strictly: unknown fields (also a known name in
 // another case, which encoding/json would accept), repeated fields, trailing data and
-// inconsistent values are errors that name the problem.
+// inconsistent values are errors that name the problem. sigs.k8s.io/json decodes as the
+// Kubernetes API server does, case-sensitively, and names each strict problem with its path.
 func decodeFlowRequest(body io.Reader) (protocol.FlowRequest, error) {
 	var req protocol.FlowRequest
 	data, err := io.ReadAll(body)
@@ -30,100 +29,30 @@ func decodeFlowRequest(body io.Reader) (protocol.FlowRequest, error) {
 		}
 		return req, fmt.Errorf("reading the body: %w", err)
 	}
-	if err := checkFields(json.NewDecoder(bytes.NewReader(data)), reflect.TypeFor[protocol.FlowRequest](), "", 0); err != nil {
+	if err := oneValue(data); err != nil {
 		return req, fmt.Errorf("invalid JSON: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	strict, err := sigsjson.UnmarshalStrict(data, &req, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
 		return req, fmt.Errorf("invalid JSON: %w", err)
 	}
-	if dec.More() {
-		return req, errors.New("invalid JSON: more than one object in the body")
+	if len(strict) > 0 {
+		return req, fmt.Errorf("invalid JSON: %w", errors.Join(strict...))
 	}
 	return req, validate(req)
 }
 
-// checkFields reads one JSON value and refuses object keys that are not exactly the json
-// name of a field of t (nil t: any key), and keys given twice. Types are left to the decoder.
-func checkFields(dec *json.Decoder, t reflect.Type, at string, depth int) error {
-	if depth > maxJSONDepth {
-		return fmt.Errorf("%s: nested too deeply", at)
-	}
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	tok, err := dec.Token()
-	if err != nil {
+// oneValue refuses a body with anything after its first JSON value.
+func oneValue(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var first json.RawMessage
+	if err := dec.Decode(&first); err != nil {
 		return err
 	}
-	switch tok {
-	case json.Delim('{'):
-		fields := jsonFields(t)
-		seen := map[string]bool{}
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			key, _ := tok.(string)
-			field, ok := fields[key]
-			switch {
-			case fields != nil && !ok:
-				return unknownField(fields, at+key)
-			case seen[key]:
-				return fmt.Errorf("field %q given twice", at+key)
-			}
-			seen[key] = true
-			if err := checkFields(dec, field, at+key+".", depth+1); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token()
-		return err
-	case json.Delim('['):
-		var elem reflect.Type
-		if t != nil && t.Kind() == reflect.Slice {
-			elem = t.Elem()
-		}
-		for dec.More() {
-			if err := checkFields(dec, elem, at, depth+1); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token()
-		return err
+	if dec.More() {
+		return errors.New("more than one object in the body")
 	}
 	return nil
-}
-
-// jsonFields maps the json names of a struct's fields to their types; nil for other types.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil
-	}
-	fields := map[string]reflect.Type{}
-	for f := range t.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		fields[name] = f.Type
-	}
-	return fields
-}
-
-func unknownField(fields map[string]reflect.Type, key string) error {
-	last := key[strings.LastIndex(key, ".")+1:]
-	for name := range fields {
-		if strings.EqualFold(name, last) {
-			return fmt.Errorf("unknown field %q (field names are case-sensitive: %q)", key, name)
-		}
-	}
-	return fmt.Errorf("unknown field %q", key)
 }
 
 func validate(req protocol.FlowRequest) error {

@@ -184,8 +184,8 @@ func TestFieldNamesAreCaseSensitive(t *testing.T) {
 		{"Revision", `{"uid":"u","Revision":1,"subscription":"s","state":"Paused"}`, `unknown field \"Revision\"`},
 		{"UID", `{"UID":"u","revision":1,"subscription":"s","state":"Paused"}`, `unknown field \"UID\"`},
 		{"nested seek.ID", `{"uid":"u","revision":1,"subscription":"s","state":"Paused","seek":{"ID":"x","index":1}}`, `unknown field \"seek.ID\"`},
-		{"partition field", `{"uid":"u","revision":1,"subscription":"s","state":"Paused","seek":{"id":"x","partitions":[{"Partition":0,"index":1}]}}`, `unknown field \"seek.partitions.Partition\"`},
-		{"duplicate uid", `{"uid":"u","uid":"v","revision":1,"subscription":"s","state":"Paused"}`, `given twice`},
+		{"partition field", `{"uid":"u","revision":1,"subscription":"s","state":"Paused","seek":{"id":"x","partitions":[{"Partition":0,"index":1}]}}`, `unknown field \"seek.partitions[0].Partition\"`},
+		{"duplicate uid", `{"uid":"u","uid":"v","revision":1,"subscription":"s","state":"Paused"}`, `duplicate field \"uid\"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
