@@ -144,7 +144,9 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			return r.readAgain(ctx, flow)
 		}
 		if patchErr != nil {
-			return ctrl.Result{}, patchErr
+			// Both count: the reconcile's own error says what failed with the agents, the
+			// patch's why the status does not show it.
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", patchErr))
 		}
 		r.emitEvents(stored, flow)
 		r.awaitCache(ctx, flow, append(seen, stored.ResourceVersion)...)
@@ -179,12 +181,12 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	eff := EffectiveState(flow, now)
 	selector, err := selectorOf(flow)
 	if err != nil {
-		return r.stall(flow, fmt.Sprintf("spec.selector cannot be used: %v", err)), nil
+		return r.stall(ctx, flow, fmt.Sprintf("spec.selector cannot be used: %v", err)), nil
 	}
 	tokens, err := r.agentToken(ctx, flow)
 	var tokenErr *tokenProblem
 	if errors.As(err, &tokenErr) {
-		return r.stall(flow, tokenErr.Error()), nil
+		return r.stall(ctx, flow, tokenErr.Error()), nil
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -193,7 +195,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 		return ctrl.Result{}, err
 	}
 	if len(pods) > subflowv1.MaxHolders {
-		return r.stall(flow, fmt.Sprintf("spec.selector matches %d pods; one flow drives at most %d", len(pods), subflowv1.MaxHolders)), nil
+		return r.stall(ctx, flow, fmt.Sprintf("spec.selector matches %d pods; one flow drives at most %d", len(pods), subflowv1.MaxHolders)), nil
 	}
 	holders, err := r.recordHolders(ctx, flow, stored, r.holders.all(flow), pods)
 	if err != nil {
@@ -255,9 +257,9 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 }
 
 // stall reports input that a person must fix; nothing is pushed or released meanwhile.
-func (r *SubscriptionFlowReconciler) stall(flow *subflowv1.SubscriptionFlow, message string) ctrl.Result {
-	ctrl.Log.V(1).Info("Flow spec cannot be applied", "flow", klog.KObj(flow), "reason", message)
-	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, message)
+func (r *SubscriptionFlowReconciler) stall(ctx context.Context, flow *subflowv1.SubscriptionFlow, message string) ctrl.Result {
+	ctrl.LoggerFrom(ctx).V(1).Info("Flow spec cannot be applied", "flow", klog.KObj(flow), "reason", message)
+	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, message, r.Clock.Now())
 	// A referenced Secret is not watched: look again after a while, backing off.
 	return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}
 }

@@ -150,17 +150,30 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
 	setSeekCondition(&st, flow, obs)
 	setBacklogCondition(&st, risk, obs.Effective.State, obs.BacklogLeadTime)
+	stampTransitions(st.Conditions, flow.Status.Conditions, obs.Now)
 	return st
+}
+
+// stampTransitions dates the conditions whose status changed since before with now, the
+// reconciler's clock, like every other time in the status (meta.SetStatusCondition takes the
+// wall clock).
+func stampTransitions(conditions, before []metav1.Condition, now time.Time) {
+	for i := range conditions {
+		if old := meta.FindStatusCondition(before, conditions[i].Type); old == nil || old.Status != conditions[i].Status {
+			conditions[i].LastTransitionTime = metav1.NewTime(now)
+		}
+	}
 }
 
 // stalledStatus is the status of a flow whose spec cannot be applied: everything observed before
 // stays as it was (agents were not touched), the conditions say why.
-func stalledStatus(flow *subflowv1.SubscriptionFlow, reason, message string) subflowv1.SubscriptionFlowStatus {
+func stalledStatus(flow *subflowv1.SubscriptionFlow, reason, message string, now time.Time) subflowv1.SubscriptionFlowStatus {
 	st := *flow.Status.DeepCopy()
 	st.ObservedGeneration = flow.Generation
 	setCondition(&st, subflowv1.ConditionReady, metav1.ConditionFalse, reason, message)
 	setCondition(&st, subflowv1.ConditionStalled, metav1.ConditionTrue, reason, message)
 	setCondition(&st, subflowv1.ConditionReconciling, metav1.ConditionFalse, "", "")
+	stampTransitions(st.Conditions, flow.Status.Conditions, now)
 	return st
 }
 

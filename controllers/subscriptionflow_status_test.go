@@ -218,7 +218,7 @@ func TestReadyFlowIsCurrentForKstatus(t *testing.T) {
 	if got := kstatusOf(t, flow); got != status.InProgressStatus {
 		t.Fatalf("kstatus of a converging flow = %s, want InProgress", got)
 	}
-	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, "bad window")
+	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, "bad window", time.Now())
 	if got := kstatusOf(t, flow); got != status.FailedStatus {
 		t.Fatalf("kstatus of a stalled flow = %s, want Failed", got)
 	}
@@ -235,4 +235,34 @@ func kstatusOf(t *testing.T, flow *subflowv1.SubscriptionFlow) status.Status {
 		t.Fatal(err)
 	}
 	return res.Status
+}
+
+// Every time in one status comes from the reconciler's clock: a condition that changes status
+// is dated by it (not by the wall clock), one that keeps its status keeps its date.
+func TestConditionTransitionsAreDatedByTheReconcilersClock(t *testing.T) {
+	then := time.Date(2031, time.March, 30, 1, 30, 0, 0, time.UTC)
+	paused := []podOutcome{{Pod: "a", Status: &protocol.FlowStatus{AppliedRevision: 1,
+		Consumers: []protocol.ConsumerStatus{{Name: "c", Topic: "t", State: protocol.Paused}}}}}
+	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	obs := observation{Effective: Effective{State: subflowv1.StatePaused, Source: subflowv1.SourceSpec}, Revision: 1,
+		Outcomes: paused, Now: then}
+	flow.Status = computeStatus(flow, obs)
+	for _, c := range flow.Status.Conditions {
+		if !c.LastTransitionTime.Time.Equal(then) {
+			t.Errorf("%s=%s dated %s, want the reconciler's %s", c.Type, c.Status, c.LastTransitionTime, then)
+		}
+	}
+	obs.Now = then.Add(time.Hour)
+	obs.Outcomes = nil // the pod went away: Paused turns False, Ready stays False
+	st := computeStatus(flow, obs)
+	for _, c := range st.Conditions {
+		old := meta.FindStatusCondition(flow.Status.Conditions, c.Type)
+		want := then
+		if old == nil || old.Status != c.Status {
+			want = obs.Now
+		}
+		if !c.LastTransitionTime.Time.Equal(want) {
+			t.Errorf("%s=%s dated %s, want %s", c.Type, c.Status, c.LastTransitionTime, want)
+		}
+	}
 }
