@@ -48,6 +48,7 @@ type conn struct {
 	pending   map[uint64]func(ok bool) (forward bool)
 	nextOwn   uint64
 	pings     []chan struct{} // PINGs sent to the broker, in order; nil entries are the client's
+	toldPings []chan struct{} // PINGs sent to the client, in order; nil entries are the broker's
 	closed    bool
 	done      chan struct{}
 }
@@ -200,6 +201,7 @@ func (c *conn) shutdown(reason string) {
 	for _, cons := range consumers {
 		cons.end()
 	}
+	c.s.forgetDetachesOf(c)
 	if reason != "" {
 		c.log.Info("Connection closed", "reason", reason)
 	}
@@ -244,6 +246,8 @@ func (c *conn) fromClient(f frame) error {
 		return c.consumerCommand(f, cmd)
 	case pb.BaseCommand_PING:
 		return c.ping(f.raw, nil)
+	case pb.BaseCommand_PONG:
+		return c.clientPong(f.raw)
 	}
 	return c.toBroker.write(false, f.raw)
 }
@@ -388,6 +392,8 @@ func (c *conn) fromBroker(f frame) error {
 		return c.brokerCommand(f, cmd)
 	case pb.BaseCommand_PONG:
 		return c.pong(f.raw)
+	case pb.BaseCommand_PING:
+		return c.pingClient(f.raw, nil)
 	}
 	return c.toClient.write(false, f.raw)
 }
@@ -416,6 +422,7 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 			return nil
 		}
 	case pb.BaseCommand_LOOKUP_RESPONSE:
+		c.s.awaitDetaches()
 		return c.toClient.write(false, c.routeLookup(f.raw, cmd))
 	}
 	return c.toClient.write(false, f.raw)
@@ -448,6 +455,33 @@ func (c *conn) pong(raw []byte) error {
 		return nil
 	}
 	return c.toClient.write(false, raw)
+}
+
+// pingClient sends a PING to the client, recording who waits for its PONG (the broker's own
+// PINGs pass through too): a client answers in order, after every frame before.
+func (c *conn) pingClient(raw []byte, waiter chan struct{}) error {
+	c.toClient.mu.Lock()
+	defer c.toClient.mu.Unlock()
+	c.mu.Lock()
+	c.toldPings = append(c.toldPings, waiter)
+	c.mu.Unlock()
+	return c.toClient.writeLocked(true, raw)
+}
+
+func (c *conn) clientPong(raw []byte) error {
+	c.mu.Lock()
+	var waiter chan struct{}
+	if len(c.toldPings) > 0 {
+		waiter = c.toldPings[0]
+		c.toldPings = c.toldPings[1:]
+	}
+	c.mu.Unlock()
+	if waiter != nil {
+		close(waiter)
+		c.s.forgetDetach(waiter)
+		return nil
+	}
+	return c.toBroker.write(false, raw)
 }
 
 // routeLookup keeps the client on the sidecar: a lookup answer that sends it to a broker is

@@ -236,7 +236,12 @@ func (c *Consumer) detachLocked() error {
 	}
 	c.detached = true
 	c.changedLocked()
-	return c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID()))
+	if err := c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID())); err != nil {
+		return err
+	}
+	pong := make(chan struct{})
+	c.conn.s.detached(pong, c.conn)
+	return c.conn.pingClient(pingFrame, pong)
 }
 
 // reattachLocked answers the SUBSCRIBE of a detached client: its consumer starts a new

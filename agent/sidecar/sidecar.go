@@ -76,7 +76,8 @@ type Sidecar struct {
 	nextConn    uint64
 	consumers   map[*Consumer]bool
 	onSubscribe []func(*Consumer)
-	routes      map[string]route // brokers named by lookups, which a CONNECT may ask for
+	routes      map[string]route        // brokers named by lookups, which a CONNECT may ask for
+	detaching   map[chan struct{}]*conn // strict pauses whose client has not processed the close yet
 
 	wg sync.WaitGroup
 }
@@ -122,7 +123,7 @@ func New(opts Options) (*Sidecar, error) {
 		opts.DialTimeout = DefaultDialTimeout
 	}
 	return &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, tls: tlsConfig, conns: map[uint64]*conn{},
-		consumers: map[*Consumer]bool{}, routes: map[string]route{}}, nil
+		consumers: map[*Consumer]bool{}, routes: map[string]route{}, detaching: map[chan struct{}]*conn{}}, nil
 }
 
 // brokerHostPort accepts pulsar://host:port and pulsar+ssl://host:port.
@@ -337,4 +338,64 @@ func (s *Sidecar) target(proxyTo string) (string, error) {
 		return s.upstream, nil
 	}
 	return "", fmt.Errorf("CONNECT names broker %q, which no lookup through this sidecar named; refused", proxyTo)
+}
+
+// detachTimeout bounds how long a lookup answer waits for a client to process a strict
+// pause's close.
+const detachTimeout = time.Second
+
+// detached records a strict pause's close that the client has not processed yet: pong closes
+// once it has (the answer to a PING sent after the close).
+func (s *Sidecar) detached(pong chan struct{}, c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.detaching[pong] = c
+}
+
+// forgetDetach drops a record once the client answered, or when its connection ends.
+func (s *Sidecar) forgetDetach(pong chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.detaching, pong)
+}
+
+func (s *Sidecar) forgetDetachesOf(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pong, owner := range s.detaching {
+		if owner == c {
+			delete(s.detaching, pong)
+		}
+	}
+}
+
+// awaitDetaches holds a lookup answer until every client told to re-subscribe by a strict
+// pause has processed that close. pulsar-client-go v0.21 removes a closed consumer's
+// handler from its connection only after notifying the consumer (connection.go,
+// handleCloseConsumer), so a re-subscribe whose lookup came back in between would have its
+// new handler removed and stall; the lookup is the first step of every re-subscribe, and the
+// client answers the PING after the close only once that close is handled. It waits at most
+// detachTimeout, so a client that does not answer holds nobody for long.
+func (s *Sidecar) awaitDetaches() {
+	s.mu.Lock()
+	pending := make(map[chan struct{}]*conn, len(s.detaching))
+	for pong, c := range s.detaching {
+		pending[pong] = c
+	}
+	s.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	deadline := time.NewTimer(detachTimeout)
+	defer deadline.Stop()
+	for pong, c := range pending {
+		select {
+		case <-pong:
+		case <-c.done:
+		case <-deadline.C:
+		}
+		s.mu.Lock()
+		delete(s.detaching, pong)
+		s.mu.Unlock()
+	}
 }

@@ -43,7 +43,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.opts.MaxFrameSize, "max-frame-size", sidecar.DefaultMaxFrameSize, "largest frame accepted in either direction, in bytes; raise it with the broker's maxMessageSize")
 	fs.DurationVar(&c.opts.HandshakeTimeout, "handshake-timeout", sidecar.DefaultHandshakeTimeout, "how long a new connection may take to send CONNECT")
 	fs.DurationVar(&c.opts.DialTimeout, "dial-timeout", sidecar.DefaultDialTimeout, "how long connecting to a broker may take")
-	fs.BoolVar(&c.opts.StrictPause, "strict-pause", false, "make a pause take back what the client buffered (the client re-subscribes; not for pulsar-client-go, see docs/sidecar.md)")
+	fs.BoolVar(&c.opts.StrictPause, "strict-pause", false, "make a pause take back what the client buffered: the client re-subscribes (docs/sidecar.md)")
 	fs.StringVar(&c.opts.Name, "name", os.Getenv("POD_NAME"), "the name the sidecar reports for itself (default $POD_NAME)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
