@@ -37,5 +37,8 @@
 // queue. The states and invariants are written once, at the top of consumer.go.
 //
 // The sidecar's own commands use request ids from 1<<62 up, so their answers are told from the
-// client's and kept from it; its PING barrier relies on the broker answering PINGs in order.
+// client's and kept from it; its PING barriers rely on peers answering PINGs in order, after
+// every frame before: toward the broker so that SetState(Paused) returns once the last FLOW
+// arrived, toward the client so that lookup answers wait until a client told to re-subscribe
+// by a strict pause has handled that close (Sidecar.awaitDetaches).
 package sidecar
