@@ -24,7 +24,8 @@ import (
 //
 //	FLEETBENCH_ROUNDS        samples per figure (default 100)
 //	FLEETBENCH_VARIANTS      extra controller settings run side by side with the defaults, e.g.
-//	                         "par256=--push-parallelism=256;patched@/tmp/subflow=" (name[@binary]=flags)
+//	                         "par256=--push-parallelism=256;patched@/tmp/subflow=" (name[@binary]=flags;
+//	                         a flag ENV:K=V sets the controller's environment instead, e.g. ENV:GOMEMLIMIT=150MiB)
 //	FLEETBENCH_PROFILE_DIR   save a CPU profile of each variant's first block and a heap profile
 //	FLEETBENCH_PROFILE_SECONDS  length of the CPU profile (default 20)
 //	FLEETBENCH_LOG_DIR       keep the controllers' logs there

@@ -52,7 +52,8 @@ func freePort() (int, error) {
 }
 
 // StartController runs bin against kubeconfig with plain-HTTP metrics and pprof, no leader
-// election, and flags appended (they win over the defaults set here). Its output goes to logPath.
+// election, and flags appended (they win over the defaults set here; "ENV:K=V" sets an
+// environment variable instead). Its output goes to logPath.
 func StartController(bin, kubeconfig, logPath string, flags []string) (*Controller, error) {
 	metrics, err := freePort()
 	if err != nil {
@@ -66,10 +67,18 @@ func StartController(bin, kubeconfig, logPath string, flags []string) (*Controll
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics), "--metrics-secure=false",
-		"--health-probe-bind-address=0", "--leader-elect=false", "--pprof-bind-address=127.0.0.1:" + strconv.Itoa(pprof)}, flags...)
+	args := []string{"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics), "--metrics-secure=false",
+		"--health-probe-bind-address=0", "--leader-elect=false", "--pprof-bind-address=127.0.0.1:" + strconv.Itoa(pprof)}
+	env := append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	for _, f := range flags {
+		if kv, ok := strings.CutPrefix(f, "ENV:"); ok {
+			env = append(env, kv)
+		} else {
+			args = append(args, f)
+		}
+	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	c := &Controller{cmd: cmd, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics),
 		pprofURL: fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", pprof), exited: make(chan struct{})}
