@@ -3,6 +3,7 @@ module github.com/subflow-dev/subflow
 go 1.26.0
 
 tool (
+	google.golang.org/protobuf/cmd/protoc-gen-go
 	helm.sh/helm/v4/cmd/helm
 	sigs.k8s.io/controller-tools/cmd/controller-gen
 )

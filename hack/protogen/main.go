@@ -1,20 +1,22 @@
-// Command protogen generates Go code from .proto files with protoc-gen-go's own generator and a
-// protobuf compiler written in Go, so that `make generate` needs nothing but the Go toolchain
-// (no protoc). It writes <name>.pb.go next to each .proto, as protoc's
-// --go_opt=paths=source_relative does.
+// Command protogen generates Go code from .proto files with a protobuf compiler written in Go
+// and protoc-gen-go driven through its public plugin interface (a CodeGeneratorRequest on its
+// standard input, a CodeGeneratorResponse on its output, as protoc drives it), so that `make
+// generate` needs nothing but the Go toolchain: protoc-gen-go is a go.mod tool. It writes
+// <name>.pb.go next to each .proto, as protoc's --go_opt=paths=source_relative does.
 //
 //	go run ./hack/protogen wire.proto
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/bufbuild/protocompile"
-	gengo "google.golang.org/protobuf/cmd/protoc-gen-go/internal_gengo"
-	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -46,19 +48,9 @@ func generate(ctx context.Context, files []string) error {
 	for _, f := range compiled {
 		req.ProtoFile = appendWithImports(req.ProtoFile, f, seen)
 	}
-	gen, err := protogen.Options{}.New(req)
+	resp, err := runPlugin(ctx, req)
 	if err != nil {
 		return err
-	}
-	for _, f := range gen.Files {
-		if f.Generate {
-			gengo.GenerateFile(gen, f)
-		}
-	}
-	gen.SupportedFeatures = gengo.SupportedFeatures
-	resp := gen.Response()
-	if resp.Error != nil {
-		return fmt.Errorf("protoc-gen-go: %s", resp.GetError())
 	}
 	for _, out := range resp.File {
 		if err := os.WriteFile(filepath.Clean(out.GetName()), []byte(out.GetContent()), 0o644); err != nil {
@@ -66,6 +58,28 @@ func generate(ctx context.Context, files []string) error {
 		}
 	}
 	return nil
+}
+
+// runPlugin runs protoc-gen-go, the version go.mod pins, on req.
+func runPlugin(ctx context.Context, req *pluginpb.CodeGeneratorRequest) (*pluginpb.CodeGeneratorResponse, error) {
+	in, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "tool", "protoc-gen-go")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("protoc-gen-go: %w: %s", err, stderr.String())
+	}
+	resp := &pluginpb.CodeGeneratorResponse{}
+	if err := proto.Unmarshal(out.Bytes(), resp); err != nil {
+		return nil, fmt.Errorf("protoc-gen-go's answer: %w", err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("protoc-gen-go: %s", resp.GetError())
+	}
+	return resp, nil
 }
 
 // appendWithImports adds f after everything it imports, each file once, as protoc orders them.
