@@ -44,7 +44,8 @@ func parseFlags() options {
 	flag.StringVar(&o.input, "input", "", "parse this saved `go test -bench` output instead of running benchmarks (machine details are still this machine's)")
 	flag.StringVar(&o.bench, "bench", ".", "benchmark regexp passed to go test -bench")
 	flag.StringVar(&o.benchtime, "benchtime", "", "passed to go test -benchtime when set")
-	flag.DurationVar(&o.timeout, "timeout", 60*time.Minute, "go test -timeout per package")
+	// internal/fleetbench takes about two hours at full size (100 rounds of every fleet shape).
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "go test -timeout per package")
 	flag.BoolVar(&o.dirty, "allow-dirty", false, "measure a tree with uncommitted changes (the report says so); by default refuse, so that every report names the commit it measured")
 	flag.Parse()
 	o.patterns = flag.Args()
