@@ -64,7 +64,8 @@ type Options struct {
 	// accepted; zero means DefaultPreviousTokenGrace, negative means not at all (after a leak,
 	// for example).
 	PreviousTokenGrace time.Duration
-	// TLSCertFile and TLSKeyFile enable TLS when both are set.
+	// TLSCertFile and TLSKeyFile enable TLS when both are set. The pair is loaded again when
+	// the files change (a renewed Secret), without a restart.
 	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -173,13 +174,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	limited := net.Listener(newLimitListener(l, s.opts.MaxConnections))
 	if s.opts.TLSCertFile != "" && s.opts.TLSKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSKeyFile)
+		pair, err := newKeyPair(s.opts.TLSCertFile, s.opts.TLSKeyFile, s.log)
 		if err != nil {
 			_ = l.Close()
-			return fmt.Errorf("control: loading the TLS key pair: %w", err)
+			return err
 		}
 		// HTTP/1.1 only: its timeouts and the connection cap apply per request as set above.
-		limited = tls.NewListener(limited, &tls.Config{Certificates: []tls.Certificate{cert},
+		limited = tls.NewListener(limited, &tls.Config{GetCertificate: pair.GetCertificate,
 			MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
 	}
 	// No goroutine waits on ctx: AfterFunc starts the shutdown only if ctx ends while serving.

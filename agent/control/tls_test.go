@@ -25,11 +25,20 @@ import (
 // that trusts it.
 func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	return certFile, keyFile, writeSelfSigned(t, certFile, keyFile, "agent")
+}
+
+// writeSelfSigned writes a certificate for 127.0.0.1 named cn and its key to the files, and
+// returns a pool that trusts it.
+func writeSelfSigned(t *testing.T, certFile, keyFile, cn string) *x509.CertPool {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
@@ -41,8 +50,6 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -50,9 +57,9 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pool = x509.NewCertPool()
+	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
-	return certFile, keyFile, pool
+	return pool
 }
 
 func TestServeTLS(t *testing.T) {
@@ -84,5 +91,44 @@ func TestServeTLS(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			t.Fatalf("a TLS agent served plain HTTP")
 		}
+	}
+}
+
+// A renewed certificate (the kubelet swapping a mounted Secret's files) is served to the next
+// connection without a restart; a pair that is half written meanwhile (the certificate new,
+// the key not yet) keeps the previous one served instead of failing handshakes.
+func TestRenewedCertificateIsServedWithoutARestart(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	first := writeSelfSigned(t, certFile, keyFile, "first")
+	addr := serveOnLoopback(t, control.Options{Token: token, TLSCertFile: certFile, TLSKeyFile: keyFile})
+	served := func(pool *x509.CertPool) (string, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool})
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = conn.Close() }()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
+	}
+	if cn, err := served(first); err != nil || cn != "first" {
+		t.Fatalf("first certificate: %q, %v", cn, err)
+	}
+
+	// Half written: a new certificate with the old key does not load; the first stays served.
+	staging := t.TempDir()
+	second := writeSelfSigned(t, filepath.Join(staging, "tls.crt"), filepath.Join(staging, "tls.key"), "second")
+	newCert, _ := os.ReadFile(filepath.Join(staging, "tls.crt"))
+	if err := os.WriteFile(certFile, newCert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cn, err := served(first); err != nil || cn != "first" {
+		t.Fatalf("while half written: %q, %v", cn, err)
+	}
+	newKey, _ := os.ReadFile(filepath.Join(staging, "tls.key"))
+	if err := os.WriteFile(keyFile, newKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cn, err := served(second); err != nil || cn != "second" {
+		t.Fatalf("renewed certificate: %q, %v (want second, without a restart)", cn, err)
 	}
 }
