@@ -185,13 +185,15 @@ func (c *Consumer) plugLocked() {
 }
 
 // unplugLocked takes back what the plugged src holds: the messages the client pushed before the
-// plug are held in order (new pushes land behind them), the placeholders are dropped.
+// plug are held in order (new pushes land behind them), the placeholders are dropped, and so
+// are the broker's copies of messages the gate holds (a reconnect while paused sent them).
 func (c *Consumer) unplugLocked() {
 	if !c.plugged {
 		return
 	}
 	for range cap(c.src) {
-		if cm := <-c.src; cm.Message != nil && !c.droppedWhilePlugged(cm) && !c.skipBeforeTarget(cm) {
+		cm := <-c.src
+		if cm.Message != nil && !c.droppedWhilePlugged(cm) && !c.skipBeforeTarget(cm) && !c.heldCopyLocked(cm) {
 			c.holdLocked(cm, false)
 		}
 	}
@@ -229,6 +231,17 @@ func (c *Consumer) dropOnArrivalLocked(cm pulsar.ConsumerMessage) bool {
 	}
 	c.syncFastLocked()
 	return dup
+}
+
+// heldCopyLocked reports whether cm is a copy the broker sent again of a message the gate held.
+// Unlike a take, it ends no entry: a message still in src may have been pushed before the
+// reconnect, so it says nothing about the order in which the broker sends.
+func (c *Consumer) heldCopyLocked(cm pulsar.ConsumerMessage) bool {
+	if !c.handed.copyOf(cm.Message.ID()) {
+		return false
+	}
+	c.metrics.duplicatesDropped.Inc()
+	return true
 }
 
 // lockOpen waits until the gate is open and returns with c.mu held, along with the channel

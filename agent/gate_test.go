@@ -504,3 +504,31 @@ func TestGatePhaseString(t *testing.T) {
 		}
 	}
 }
+
+// A reconnect while paused makes the broker send the held messages again. Every such copy is
+// dropped: one the gate's channel caught while plugged as well as one taken from it, however
+// many reconnects sent them.
+func TestCopiesOfAHeldMessageAreDropped(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	inner := fc.last()
+	inner.mustPush(t, 1)
+	c.Pause() // message 1 is held; the connection drops and the broker sends it again
+	c.Resume()
+	if !inner.tryPush(1) { // the first copy, not yet taken when the application pauses again
+		t.Fatal("the gate did not take the copy")
+	}
+	c.Pause()
+	c.Resume()
+	if !inner.tryPush(1) { // the copy a second reconnect sent
+		t.Fatal("the gate did not take the second copy")
+	}
+	if m, err := c.Receive(context.Background()); err != nil || seqOf(t, m) != 1 {
+		t.Fatalf("Receive = %v, %v: want message 1", m, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if m, err := c.Receive(ctx); err == nil {
+		t.Fatalf("message %d delivered again", seqOf(t, m))
+	}
+}

@@ -31,12 +31,13 @@ func (k idKey) after(o idKey) bool {
 // redeliveryFilter remembers messages the gate held while closed. A held message stays
 // unacknowledged on the broker; when the consumer reconnects meanwhile, the broker sends it
 // again, and the application would get it twice (the raw client would have dropped its queued
-// copy on reconnect). The filter drops that second copy.
+// copy on reconnect). The filter drops those copies.
 //
-// An entry ends when its copy arrives, when a later message of the same partition arrives
-// first (the broker redelivers in order, so no copy follows unless for another reason),
-// when the application nacks it (it asked for the copy), or when the cursor moves (seek,
-// Stop). Guarded by Consumer.mu.
+// An entry ends when a later message of the same partition arrives (the broker redelivers in
+// order, so no copy follows unless for another reason), when the application nacks it (it asked
+// for the copy), or when the cursor moves (seek, Stop). Not when a copy arrives: each reconnect
+// while the message is held sends one more, and a copy taken before the next reconnect stays in
+// the gate's channel. Guarded by Consumer.mu.
 type redeliveryFilter struct {
 	ids   map[idKey]struct{}
 	order []idKey // insertion order, for the bound
@@ -60,19 +61,24 @@ func (f *redeliveryFilter) remember(id pulsar.MessageID) {
 	f.order = append(f.order, k)
 }
 
-// seenAgain reports whether id is the broker's copy of a remembered message, and ends the
-// entries it makes obsolete.
+// seenAgain reports whether id is the broker's copy of a remembered message; otherwise it ends
+// the entries of the earlier messages of its partition.
 func (f *redeliveryFilter) seenAgain(id pulsar.MessageID) bool {
 	if len(f.ids) == 0 {
 		return false
 	}
-	k := keyOf(id)
-	if _, ok := f.ids[k]; ok {
-		f.drop(func(o idKey) bool { return o == k })
+	if f.copyOf(id) {
 		return true
 	}
+	k := keyOf(id)
 	f.drop(func(o idKey) bool { return o.partition == k.partition && k.after(o) })
 	return false
+}
+
+// copyOf reports whether id is the copy of a remembered message.
+func (f *redeliveryFilter) copyOf(id pulsar.MessageID) bool {
+	_, ok := f.ids[keyOf(id)]
+	return ok
 }
 
 // forgetID ends the entry of id (the application nacked it: the copy is wanted).
