@@ -266,10 +266,16 @@ func (c *Consumer) lockOpen(ctx context.Context) (<-chan struct{}, error) {
 	}
 }
 
-// next blocks until a message may reach the application and returns it.
-func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
+// A hand gives a message to the application for a taker that still counts as one. It returns
+// false when changed fires first: the gate may be closing, and the message goes back to held.
+type hand func(cm pulsar.ConsumerMessage, changed <-chan struct{}) bool
+
+// next blocks until a message may reach the application and returns it. With a hand (the Chan
+// pump), next hands the message over itself and returns once it is taken; the taker counts as
+// one until then, so that closeGateLocked never returns with a message in anyone's hand.
+func (c *Consumer) next(ctx context.Context, give hand) (pulsar.ConsumerMessage, error) {
 	for {
-		if cm, ok, err := c.takeFast(ctx); ok || err != nil {
+		if cm, ok, err := c.takeFast(ctx, give); ok || err != nil {
 			return cm, err
 		}
 		changed, err := c.lockOpen(ctx)
@@ -277,8 +283,16 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 			return pulsar.ConsumerMessage{}, err
 		}
 		if cm, ok := c.popHeldLocked(); ok {
+			if give == nil {
+				c.unlockGate()
+				return cm, nil
+			}
+			c.takers++
 			c.unlockGate()
-			return cm, nil
+			if c.handOverInHand(cm, changed, give) {
+				return cm, nil
+			}
+			continue
 		}
 		if c.fast.Load() {
 			c.unlockGate()
@@ -289,9 +303,11 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 		c.unlockGate()
 		select {
 		case cm := <-src:
-			if c.handOver(cm) {
+			if c.handOver(cm, give != nil) {
 				cm.Consumer = c
-				return cm, nil
+				if give == nil || c.handOverInHand(cm, changed, give) {
+					return cm, nil
+				}
 			}
 		case <-changed:
 			c.leave()
@@ -302,12 +318,31 @@ func (c *Consumer) next(ctx context.Context) (pulsar.ConsumerMessage, error) {
 	}
 }
 
+// handOverInHand gives cm through give while the caller counts as a taker, and then leaves. When
+// the gate closes first, cm goes back to the front of held before the taker leaves.
+func (c *Consumer) handOverInHand(cm pulsar.ConsumerMessage, changed <-chan struct{}, give hand) bool {
+	for !give(cm, changed) {
+		c.mu.Lock()
+		if c.phase != gateOpen {
+			c.holdLocked(cm, true) // given again, first, once the gate is open
+			c.leaveLocked()
+			c.unlockGate()
+			return false
+		}
+		changed = c.changed
+		c.unlockGate()
+	}
+	c.leave()
+	return true
+}
+
 // takeFast is the take without c.mu, for the common case: the gate open, nothing held, no
-// redelivery filter to apply (it applies the seek filter itself). It announces itself in fastTakers, then re-checks
-// fast; closeGateLocked clears fast, then waits for fastTakers to reach zero (sequentially
-// consistent atomics: either the closer sees the taker, or the taker sees fast cleared). ok is
-// false when the slow path must decide.
-func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok bool, err error) {
+// redelivery filter to apply (it applies the seek filter itself). It announces itself in
+// fastTakers, then re-checks fast; closeGateLocked clears fast, then waits for fastTakers to
+// reach zero (sequentially consistent atomics: either the closer sees the taker, or the taker
+// sees fast cleared). With a hand, it gives the message before it leaves. ok is false when the
+// slow path must decide.
+func (c *Consumer) takeFast(ctx context.Context, give hand) (cm pulsar.ConsumerMessage, ok bool, err error) {
 	if !c.fast.Load() {
 		return cm, false, nil
 	}
@@ -329,14 +364,15 @@ func (c *Consumer) takeFast(ctx context.Context) (cm pulsar.ConsumerMessage, ok 
 		c.noteChunked(cm)
 		taken = !c.skipBeforeTarget(cm) // a skipped message is acked and gone: take again
 	}
-	if c.fast.Load() {
-		cm.Consumer = c
-		return cm, true, nil
+	given := cm
+	given.Consumer = c
+	if c.fast.Load() && (give == nil || give(given, closing)) {
+		return given, true, nil
 	}
 	c.mu.Lock()
 	c.holdLocked(cm, true) // the gate is closing: back to the front of held
 	c.unlockGate()
-	return cm, false, nil
+	return pulsar.ConsumerMessage{}, false, nil
 }
 
 func (c *Consumer) leaveFast() {
@@ -365,11 +401,19 @@ func (c *Consumer) syncFastLocked() {
 
 // handOver ends a take from src: true when the message may go to the application, false when
 // a seek skips it or it is a redelivered copy, or when the gate closed meanwhile (then it goes
-// back to the front of held: it is older than anything src still has).
-func (c *Consumer) handOver(cm pulsar.ConsumerMessage) bool {
+// back to the front of held: it is older than anything src still has). The taker leaves, unless
+// it keeps the message in hand to give it (true).
+func (c *Consumer) handOver(cm pulsar.ConsumerMessage, keep bool) bool {
 	c.mu.Lock()
 	defer c.unlockGate()
-	c.leaveLocked()
+	ok := c.mayHandOverLocked(cm)
+	if !ok || !keep {
+		c.leaveLocked()
+	}
+	return ok
+}
+
+func (c *Consumer) mayHandOverLocked(cm pulsar.ConsumerMessage) bool {
 	c.noteChunked(cm)
 	if c.dropOnArrivalLocked(cm) {
 		return false
@@ -405,32 +449,17 @@ func (c *Consumer) leaveLocked() {
 // pump feeds Chan(): it takes a message when the gate is open and offers it to the
 // application until taken or the gate closes, in which case it holds the message again.
 func (c *Consumer) pump() {
-	for {
-		cm, err := c.next(context.Background())
-		if err != nil {
-			return
-		}
-		c.offer(cm)
-	}
-}
-
-func (c *Consumer) offer(cm pulsar.ConsumerMessage) {
-	for {
-		c.mu.Lock()
-		if c.phase != gateOpen {
-			c.holdLocked(cm, true) // offered again, first, once the gate is open
-			c.unlockGate()
-			return
-		}
-		changed := c.changed
-		c.takers++
-		c.unlockGate()
+	offer := func(cm pulsar.ConsumerMessage, changed <-chan struct{}) bool {
 		select {
 		case c.out <- cm:
-			c.leave()
-			return
+			return true
 		case <-changed:
-			c.leave()
+			return false
+		}
+	}
+	for {
+		if _, err := c.next(context.Background(), offer); err != nil {
+			return
 		}
 	}
 }

@@ -532,3 +532,31 @@ func TestCopiesOfAHeldMessageAreDropped(t *testing.T) {
 		t.Fatalf("message %d delivered again", seqOf(t, m))
 	}
 }
+
+// The Chan pump counts as a taker for as long as it has a message in hand, so Pause returns
+// only once that message is held again, and Stop drops it with the rest.
+func TestPumpMessageInHandIsHeldByPause(t *testing.T) {
+	fc := &fakeClient{}
+	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
+	ch := c.Chan()
+	for i := int64(0); i < 1000; i++ {
+		fc.last().mustPush(t, i) // the pump takes it and offers it to an application that is not reading
+		c.Pause()
+		if held := c.Status().HeldMessages; held != 1 {
+			t.Fatalf("round %d: %d messages held after Pause, want the one the pump had", i, held)
+		}
+		c.Stop()
+		if held := c.Status().HeldMessages; held != 0 {
+			t.Fatalf("round %d: %d messages held after Stop", i, held)
+		}
+		c.Resume()
+		if err := c.Run(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cm := <-ch:
+			t.Fatalf("round %d: message %d from before Stop delivered after Run", i, seqOf(t, cm.Message))
+		default:
+		}
+	}
+}

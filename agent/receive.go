@@ -15,7 +15,7 @@ func (c *Consumer) Receive(ctx context.Context) (pulsar.Message, error) {
 	if c.pumping.Load() {
 		return c.receiveFromPump(ctx)
 	}
-	cm, err := c.next(ctx)
+	cm, err := c.next(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
