@@ -402,11 +402,11 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 	switch f.typ {
 	case pb.BaseCommand_MESSAGE:
 		if cons := c.consumer(cmd.GetMessage().GetConsumerId()); cons != nil {
-			n, err := entryMessages(f.payload)
+			e, err := readEntry(f.payload)
 			if err != nil {
 				c.log.V(1).Info("MESSAGE metadata unreadable; counted as one message", "error", err.Error())
 			}
-			return cons.brokerMessage(f.raw, n)
+			return cons.brokerMessage(f.raw, e)
 		}
 	case pb.BaseCommand_SUCCESS:
 		if !c.answered(cmd.GetSuccess().GetRequestId(), true) {

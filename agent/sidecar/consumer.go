@@ -69,7 +69,8 @@ type Consumer struct {
 	held                       []heldMessage
 	heldCount                  int64
 	receivedWhilePaused        int64
-	delivered                  int64 // messages handed to the client
+	delivered                  int64           // messages handed to the client
+	openChunks                 map[string]bool // chunked messages the client has begun, by uuid
 	ended                      bool
 }
 
@@ -83,9 +84,10 @@ const (
 )
 
 type heldMessage struct {
-	raw []byte
-	n   int64 // messages in the entry
-	at  time.Time
+	raw   []byte
+	n     int64 // messages in the entry
+	at    time.Time
+	entry entry
 }
 
 func newConsumer(c *conn, sub *pb.CommandSubscribe) *Consumer {
@@ -250,6 +252,7 @@ func (c *Consumer) reattachLocked(requestID uint64) error {
 	c.detached = false
 	c.clientResubscribes = false // the broker may have closed its side meanwhile: drive subscribes again
 	c.clientCredit = 0
+	c.openChunks = nil // the client dropped what it had; the redelivery starts chunked messages over
 	c.redeliver = c.side != absent
 	c.changedLocked()
 	if err := c.conn.toClient.write(true, successCommand(requestID)); err != nil {
@@ -287,6 +290,7 @@ func (c *Consumer) openLocked() error {
 		frames := make([][]byte, len(c.held))
 		for i, h := range c.held {
 			frames[i] = h.raw
+			c.trackChunkLocked(h.entry)
 		}
 		c.clientCredit -= c.heldCount
 		c.delivered += c.heldCount
@@ -363,6 +367,7 @@ func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
 	c.clientResubscribes = false
 	if c.side == absent {
 		c.clientCredit = 0
+		c.openChunks = nil // a new session: the broker sends chunked messages again from their start
 		c.dropHeldLocked(time.Time{})
 		c.setSideLocked(subscribing)
 	}
@@ -412,23 +417,43 @@ func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
 }
 
 // brokerMessage hands a MESSAGE to the client while Running and holds it otherwise. A
-// MESSAGE for a broker-side consumer being closed is dropped: the broker gives it back.
-func (c *Consumer) brokerMessage(raw []byte, n int64) error {
+// MESSAGE for a broker-side consumer being closed is dropped: the broker gives it back. While
+// paused, the chunks of a chunked message whose first chunks the client already has still go
+// to it, so that the client's incomplete-chunk expiry cannot discard (and pulsar-client-go
+// acknowledge) a message split by the pause; the application then gets that one message.
+func (c *Consumer) brokerMessage(raw []byte, e entry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.side != subscribed {
 		return nil
 	}
-	c.brokerCredit -= n
-	if c.desired == protocol.Running && !c.detached {
-		c.clientCredit -= n
-		c.delivered += n
+	c.brokerCredit -= e.messages
+	completing := e.chunked() && c.openChunks[e.uuid] && c.desired == protocol.Paused
+	if (c.desired == protocol.Running || completing) && !c.detached {
+		c.clientCredit -= e.messages
+		c.delivered += e.messages
+		c.trackChunkLocked(e)
 		return c.conn.toClient.write(false, raw)
 	}
-	c.held = append(c.held, heldMessage{raw: raw, n: n, at: time.Now()})
-	c.heldCount += n
-	c.receivedWhilePaused += n
+	c.held = append(c.held, heldMessage{raw: raw, n: e.messages, at: time.Now(), entry: e})
+	c.heldCount += e.messages
+	c.receivedWhilePaused += e.messages
 	return nil
+}
+
+// trackChunkLocked remembers the chunked messages the client has started and not completed.
+func (c *Consumer) trackChunkLocked(e entry) {
+	if !e.chunked() {
+		return
+	}
+	if e.lastChunk() {
+		delete(c.openChunks, e.uuid)
+		return
+	}
+	if c.openChunks == nil {
+		c.openChunks = map[string]bool{}
+	}
+	c.openChunks[e.uuid] = true
 }
 
 // brokerClosed notes a broker-initiated CLOSE_CONSUMER (unload, seek, a sibling's reset),

@@ -172,15 +172,80 @@ func unknownString(m proto.Message, field protowire.Number) string {
 	return ""
 }
 
-// entryMessages reads how many messages a MESSAGE payload carries (num_messages_in_batch;
-// 1 when unbatched), which is what the broker debits from the consumer's permits. It skips
-// the optional broker-entry metadata and checksum sections.
-func entryMessages(payload []byte) (int64, error) {
+// Fields of MessageMetadata read by hand (PulsarApi.proto numbers); the generated subset does
+// not declare the chunk fields.
+const (
+	fieldMetadataUUID      = 26
+	fieldMetadataNumChunks = 27
+	fieldMetadataChunkID   = 29
+)
+
+// entry is what the sidecar reads of a MESSAGE payload.
+type entry struct {
+	messages  int64  // num_messages_in_batch, 1 when unbatched: what the broker debits
+	uuid      string // of a chunked message, with its chunk id and count
+	chunkID   int32
+	numChunks int32
+}
+
+// chunked tells whether the entry is one chunk of a message sent in several.
+func (e entry) chunked() bool { return e.numChunks > 1 }
+
+// lastChunk tells whether the entry completes its chunked message.
+func (e entry) lastChunk() bool { return e.chunkID == e.numChunks-1 }
+
+// readEntry reads a MESSAGE payload's metadata, after the optional broker-entry metadata and
+// checksum sections. On error the entry counts as one unchunked message.
+func readEntry(payload []byte) (entry, error) {
+	e := entry{messages: 1}
+	meta, err := metadataOf(payload)
+	if err != nil {
+		return e, err
+	}
+	for len(meta) > 0 {
+		num, typ, n := protowire.ConsumeTag(meta)
+		if n < 0 {
+			return e, protowire.ParseError(n)
+		}
+		meta = meta[n:]
+		switch {
+		case typ == protowire.VarintType && (num == fieldMetadataNumMessages || num == fieldMetadataNumChunks || num == fieldMetadataChunkID):
+			v, n := protowire.ConsumeVarint(meta)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			meta = meta[n:]
+			switch num {
+			case fieldMetadataNumMessages:
+				e.messages = int64(int32(v))
+			case fieldMetadataNumChunks:
+				e.numChunks = int32(v)
+			case fieldMetadataChunkID:
+				e.chunkID = int32(v)
+			}
+		case typ == protowire.BytesType && num == fieldMetadataUUID:
+			v, n := protowire.ConsumeBytes(meta)
+			if n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			e.uuid, meta = string(v), meta[n:]
+		default:
+			if n = protowire.ConsumeFieldValue(num, typ, meta); n < 0 {
+				return e, protowire.ParseError(n)
+			}
+			meta = meta[n:]
+		}
+	}
+	return e, nil
+}
+
+// metadataOf returns the serialized MessageMetadata of a MESSAGE payload.
+func metadataOf(payload []byte) ([]byte, error) {
 	p := payload
 	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
 		size := binary.BigEndian.Uint32(p[2:])
 		if uint64(size)+6 > uint64(len(p)) {
-			return 1, errors.New("broker-entry metadata exceeds the payload")
+			return nil, errors.New("broker-entry metadata exceeds the payload")
 		}
 		p = p[6+size:]
 	}
@@ -188,30 +253,11 @@ func entryMessages(payload []byte) (int64, error) {
 		p = p[6:]
 	}
 	if len(p) < 4 {
-		return 1, errors.New("short message metadata")
+		return nil, errors.New("short message metadata")
 	}
 	size := binary.BigEndian.Uint32(p)
 	if uint64(size)+4 > uint64(len(p)) {
-		return 1, errors.New("message metadata exceeds the payload")
+		return nil, errors.New("message metadata exceeds the payload")
 	}
-	meta := p[4 : 4+size]
-	for len(meta) > 0 {
-		num, typ, n := protowire.ConsumeTag(meta)
-		if n < 0 {
-			return 1, protowire.ParseError(n)
-		}
-		meta = meta[n:]
-		if num == fieldMetadataNumMessages && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(meta)
-			if n < 0 {
-				return 1, protowire.ParseError(n)
-			}
-			return int64(int32(v)), nil
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, meta); n < 0 {
-			return 1, protowire.ParseError(n)
-		}
-		meta = meta[n:]
-	}
-	return 1, nil
+	return p[4 : 4+size], nil
 }
