@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,26 +16,6 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
-
-// fanOut calls call for every pod that has an agent address, with at most parallelism calls in
-// flight, and returns when all are done (releases wait for every agent).
-func (r *SubscriptionFlowReconciler) fanOut(pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, call func(i int, t AgentTarget)) {
-	sem := make(chan struct{}, r.parallelism())
-	var wg sync.WaitGroup
-	for i := range pods {
-		t := target(&pods[i])
-		if t.BaseURL == "" {
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			call(i, t)
-		}()
-	}
-	wg.Wait()
-}
 
 // pushAll sends each pod's request to its agent and returns one outcome per pod, in the pods'
 // order. Pods without an IP are reported unreachable at once. It waits for answers only while
@@ -155,18 +136,36 @@ type releaseFailure struct {
 
 func (f releaseFailure) String() string { return f.pod + " (" + f.err.Error() + ")" }
 
-// releaseAll removes the flow's rule from every pod's agent; it returns the pods that failed.
-// A pod without an address cannot be reached and counts as failed.
+// releaseAll removes the flow's rule from every pod's agent that has an address, at most
+// parallelism at a time, and returns the pods that failed. When ctx ends, the pods not yet
+// asked fail with its error.
 func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []releaseFailure {
 	var mu sync.Mutex
 	var failed []releaseFailure
-	r.fanOut(pods, target, func(_ int, t AgentTarget) {
-		_, _, err := withTokens(t, func(t AgentTarget) (struct{}, error) { return struct{}{}, r.Agents.DeleteFlow(ctx, t, uid) })
-		if err != nil {
-			mu.Lock()
-			failed = append(failed, releaseFailure{pod: t.Pod, err: err})
-			mu.Unlock()
+	fail := func(pod string, err error) {
+		mu.Lock()
+		failed = append(failed, releaseFailure{pod: pod, err: err})
+		mu.Unlock()
+	}
+	var g errgroup.Group
+	g.SetLimit(r.parallelism())
+	for i := range pods {
+		t := target(&pods[i])
+		if t.BaseURL == "" {
+			continue
 		}
-	})
+		if err := ctx.Err(); err != nil {
+			fail(t.Pod, err) // Go waits for a slot whatever the context: one release at most
+			continue
+		}
+		g.Go(func() error {
+			_, _, err := withTokens(t, func(t AgentTarget) (struct{}, error) { return struct{}{}, r.Agents.DeleteFlow(ctx, t, uid) })
+			if err != nil {
+				fail(t.Pod, err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 	return failed
 }
