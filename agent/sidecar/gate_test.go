@@ -14,6 +14,15 @@ import (
 // run on a real broker only: pulsartest is written for pulsar-client-go.
 var peerLangs = []string{"go", "java", "python"}
 
+// awaitBrokerCredit waits until the broker may still send the consumer something: the
+// permits on the wire exceed the messages delivered, so that a pause from now on meets
+// messages sent under earlier permits.
+func awaitBrokerCredit(t *testing.T, w *world, subscription, name string) {
+	t.Helper()
+	f := wirerec.Filter{Subscription: subscription, ConsumerName: name}
+	eventually(t, "the broker to hold permits of "+name, func() bool { return w.rec.Permits(f)-int64(w.rec.Delivered(f)) > 0 })
+}
+
 func forEachPeer(t *testing.T, test func(t *testing.T, lang string)) {
 	for _, lang := range peerLangs {
 		t.Run(lang, func(t *testing.T) {
@@ -51,6 +60,7 @@ func TestPauseWithholdsFlowAndHoldsMessages(t *testing.T) {
 		setState(t, c, protocol.Running)
 		eventually(t, "the application to receive the first 40", func() bool { return len(missing(sent, app.messages())) == 0 })
 
+		awaitBrokerCredit(t, w, "s", name)
 		setState(t, c, protocol.Paused)
 		mark := w.rec.Mark()
 		deliveredAtPause := c.Counts().Delivered
@@ -94,6 +104,7 @@ func TestStoppedReleasesToSibling(t *testing.T) {
 		c := consumerNamed(t, w.sidecar, "s", name)
 		eventually(t, "the application to receive the first 40", func() bool { return len(missing(sent, app.messages())) == 0 })
 
+		awaitBrokerCredit(t, w, "s", name)
 		setState(t, c, protocol.Paused)
 		during := produce(t, producer, topic, "m", 40, 60)
 		eventually(t, "messages to be held", func() bool { return c.Counts().Held > 0 })
