@@ -24,6 +24,16 @@ help: ## Show this help.
 .PHONY: manifests
 manifests: ## Generate the CRD, RBAC and webhook manifests from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	$(MAKE) --no-print-directory chart-files
+
+# The Helm chart's copies of generated and monitoring manifests (go test ./charts/ fails when they differ).
+CHART_FILES = charts/subflow/files
+.PHONY: chart-files
+chart-files: ## Copy the CRD, manager role, webhook configurations and config/monitoring's rule and dashboard into the Helm chart.
+	cp config/crd/bases/subflow.dev_subscriptionflows.yaml $(CHART_FILES)/crds/
+	cp config/rbac/role.yaml $(CHART_FILES)/manager-role.yaml
+	cp config/webhook/manifests.yaml $(CHART_FILES)/webhooks.yaml
+	cp config/monitoring/prometheusrule.yaml config/monitoring/grafana-dashboard.json $(CHART_FILES)/
 
 .PHONY: generate
 generate: ## Generate deepcopy code and the test broker's protobuf code.

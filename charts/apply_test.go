@@ -1,0 +1,219 @@
+package charts
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testenv"
+)
+
+// standIns are minimal CRDs for the kinds of cert-manager and the Prometheus Operator that the
+// chart renders (envtest has neither): their group, version, kind and scope, with any spec
+// accepted. So every object of the chart is applied, but only the API server's own kinds and
+// the subflow CRD are checked against a schema.
+func standIns() []*apiextensionsv1.CustomResourceDefinition {
+	crd := func(group, kind, plural string) *apiextensionsv1.CustomResourceDefinition {
+		return &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+				Group: group, Scope: apiextensionsv1.NamespaceScoped,
+				Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, ListKind: kind + "List", Plural: plural, Singular: strings.ToLower(kind)},
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+						Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+			},
+		}
+	}
+	return []*apiextensionsv1.CustomResourceDefinition{
+		crd("cert-manager.io", "Certificate", "certificates"),
+		crd("cert-manager.io", "Issuer", "issuers"),
+		crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+	}
+}
+
+// TestApplyServerSide installs the chart the way `helm install` would send it, server-side with
+// kubectl, into an API server that has no subflow CRD yet: with the default values as release
+// subflow in subflow-system, and with the non-default values as release team-subflow in ops. The
+// API server accepts every object, the CRD it installs serves SubscriptionFlows, and with the
+// webhooks installed but no controller running, flows and labelled pods are still created (both
+// webhooks fail open). The controller's ServiceAccount gets what the certificate rotation needs,
+// by name, and no more.
+func TestApplyServerSide(t *testing.T) {
+	assets, err := testenv.Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		kubectl = filepath.Join(assets, "kubectl")
+		if _, err := os.Stat(kubectl); err != nil {
+			t.Skip("no kubectl on PATH or with the envtest binaries: the chart is applied with kubectl apply --server-side")
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDs: standIns()}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting envtest from %s: %v", assets, err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(kubectl, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	installs := []struct {
+		release, namespace string
+		values             []string
+	}{
+		{"subflow", "subflow-system", nil},
+		{"team-subflow", "ops", nonDefault},
+	}
+	for _, in := range installs {
+		args := []string{"template", in.release, chartDir, "--namespace", in.namespace}
+		for _, v := range in.values {
+			args = append(args, "--set", v)
+		}
+		manifests := helm(t, args...)
+		objs, err := decode(manifests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), in.release+".yaml")
+		if err := os.WriteFile(path, []byte(manifests), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// helm install --create-namespace
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.namespace}}); err != nil {
+			t.Fatal(err)
+		}
+		// One field manager for both releases: they share the CRD, as two installs of one chart would.
+		run("apply", "--server-side", "--field-manager=helm", "-f", path)
+		for _, o := range objs {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(o.GroupVersionKind())
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+				t.Errorf("release %s: %s %s not stored: %v", in.release, o.GetKind(), client.ObjectKeyFromObject(o), err)
+			}
+		}
+		kinds := map[string]bool{}
+		for _, o := range objs {
+			kinds[o.GetKind()] = true
+		}
+		t.Logf("release %s in %s: %d objects applied (%d kinds)", in.release, in.namespace, len(objs), len(kinds))
+	}
+	run("wait", "--for=condition=Established", "--timeout=60s", "crd/subscriptionflows.subflow.dev")
+
+	// No controller runs: both webhooks' Services have no endpoints, and nothing is refused.
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+	if err := k8s.Create(ctx, shop); err != nil {
+		t.Fatal(err)
+	}
+	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-ingest",
+		Annotations: map[string]string{"subflow.dev/override-state": "Paused"}},
+		Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "orders-worker"}},
+			Subscription: "orders-ingest", State: subflowv1.StatePaused}}
+	if err := k8s.Create(ctx, flow); err != nil {
+		t.Errorf("creating a SubscriptionFlow with the chart's CRD and webhooks, no controller running: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-worker-0",
+		Labels: map[string]string{"app": "orders-worker", "subflow.dev/inject": "agent"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "orders-worker:1"}}}}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Errorf("creating a pod labelled for injection, no controller running: %v", err)
+	} else if _, injected := pod.Annotations["subflow.dev/injected"]; injected || len(pod.Spec.Volumes) > 0 {
+		t.Errorf("a pod was changed with no webhook server running: %v %v", pod.Annotations, pod.Spec.Volumes)
+	}
+
+	t.Run("permissions", func(t *testing.T) {
+		type access struct {
+			verb, group, resource, namespace, name string
+			allowed                                bool
+		}
+		admission := "admissionregistration.k8s.io"
+		checks := map[string][]access{
+			// Self-managed certificates: the rotation's Secret and both webhook configurations, by name.
+			"system:serviceaccount:subflow-system:subflow-controller": {
+				{"update", "", "secrets", "subflow-system", "subflow-webhook-server-cert", true},
+				{"get", "", "secrets", "subflow-system", "subflow-webhook-server-cert", true},
+				{"list", "", "secrets", "subflow-system", "", true},
+				{"watch", "", "secrets", "subflow-system", "", true},
+				{"update", "", "secrets", "subflow-system", "other", false},
+				{"delete", "", "secrets", "subflow-system", "subflow-webhook-server-cert", false},
+				{"patch", "", "secrets", "subflow-system", "subflow-webhook-server-cert", false},
+				{"update", "", "secrets", "shop", "subflow-webhook-server-cert", false},
+				{"list", "", "secrets", "shop", "", false},
+				{"get", "", "secrets", "shop", "db-password", false},
+				{"get", "", "secrets", "shop", "subflow-agent-token", true},
+				{"update", admission, "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", true},
+				{"update", admission, "validatingwebhookconfigurations", "", "subflow-validating-webhook-configuration", true},
+				{"list", admission, "mutatingwebhookconfigurations", "", "", true},
+				{"update", admission, "mutatingwebhookconfigurations", "", "team-subflow-mutating-webhook-configuration", false},
+				{"update", admission, "validatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", false},
+				{"patch", admission, "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", false},
+				{"delete", admission, "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", false},
+				{"create", admission, "validatingwebhookconfigurations", "", "", false},
+				{"update", "", "pods", "shop", "", false},
+			},
+			// cert-manager: the controller needs no certificate permission at all.
+			"system:serviceaccount:ops:team-subflow-controller": {
+				{"patch", "subflow.dev", "subscriptionflows", "shop", "orders-ingest", true},
+				{"update", "", "secrets", "ops", "team-subflow-webhook-server-cert", false},
+				{"list", "", "secrets", "ops", "", false},
+				{"update", admission, "mutatingwebhookconfigurations", "", "team-subflow-mutating-webhook-configuration", false},
+				{"list", admission, "validatingwebhookconfigurations", "", "", false},
+			},
+		}
+		for user, accesses := range checks {
+			namespace := strings.Split(user, ":")[2]
+			for _, a := range accesses {
+				review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:   user,
+					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.namespace, Verb: a.verb, Group: a.group,
+						Resource: a.resource, Name: a.name},
+				}}
+				if err := k8s.Create(ctx, review); err != nil {
+					t.Fatal(err)
+				}
+				if review.Status.Allowed != a.allowed {
+					t.Errorf("%s: %s %s.%s %q in %q: allowed %v, want %v (%s)", user, a.verb, a.resource, a.group, a.name,
+						a.namespace, review.Status.Allowed, a.allowed, review.Status.Reason)
+				}
+			}
+		}
+	})
+}
