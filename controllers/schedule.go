@@ -41,7 +41,10 @@ var errNeverFires = errors.New("has no occurrence (no listed month has that day)
 
 // windowSchedule is one maintenance window, parsed.
 type windowSchedule struct {
-	spec     *cron.SpecSchedule
+	spec *cron.SpecSchedule
+	// days is spec in UTC, where no clock is moved: its Next answers the library's own day
+	// rule (day-of-month and day-of-week ORed when both are restricted) for dayMatches.
+	days     *cron.SpecSchedule
 	loc      *time.Location
 	duration time.Duration
 }
@@ -62,7 +65,9 @@ func parseWindow(w subflowv1.MaintenanceWindow) (windowSchedule, error) {
 	if w.Duration.Duration <= 0 || w.Duration.Duration > subflowv1.MaxWindowDuration {
 		return windowSchedule{}, fmt.Errorf("duration %s: must be above zero and at most %s", w.Duration.Duration, subflowv1.MaxWindowDuration)
 	}
-	s := windowSchedule{spec: spec, loc: loc, duration: w.Duration.Duration}
+	days := *spec
+	days.Location = time.UTC
+	s := windowSchedule{spec: spec, days: &days, loc: loc, duration: w.Duration.Duration}
 	if !s.firesAtAll() {
 		return windowSchedule{}, fmt.Errorf("schedule %q %w", w.Schedule, errNeverFires)
 	}
@@ -189,22 +194,13 @@ func wallUnder(t time.Time, loc *time.Location, pick func(x, y int) int) time.Ti
 func smallest(x, y int) int { return min(x, y) }
 func largest(x, y int) int  { return max(x, y) }
 
-// dayMatches applies cron's day rule: when both day-of-month and day-of-week are restricted, a
-// day matching either fires; otherwise both must match.
+// dayMatches reports whether the schedule fires on day (a civil date at midnight UTC), by the
+// cron library's own day rule: its next firing from the day's start falls on that day (every
+// day that matches has one, as the hour and minute fields are never empty).
 func (s windowSchedule) dayMatches(day time.Time) bool {
-	if s.spec.Month&(1<<uint(day.Month())) == 0 {
-		return false
-	}
-	domMatch := s.spec.Dom&(1<<uint(day.Day())) != 0
-	dowMatch := s.spec.Dow&(1<<uint(day.Weekday())) != 0
-	if s.spec.Dom&starBit != 0 || s.spec.Dow&starBit != 0 {
-		return domMatch && dowMatch
-	}
-	return domMatch || dowMatch
+	next := s.days.Next(day.Add(-time.Second))
+	return !next.IsZero() && civilDate(next).Equal(day)
 }
-
-// starBit is the cron library's marker for a field given as * or ?.
-const starBit = 1 << 63
 
 // civilDate is the calendar date of t as midnight UTC, so that AddDate walks whole days.
 func civilDate(t time.Time) time.Time {
@@ -236,18 +232,8 @@ func wallInstant(day time.Time, h, m int, loc *time.Location) time.Time {
 	return gapEnd
 }
 
-// firesAtAll reports whether the schedule has any day at all: a restricted day-of-week always
-// does (alone or ORed with day-of-month); otherwise a listed day-of-month must exist in a listed
-// month (29 February counts: leap years come).
+// firesAtAll reports whether the schedule has any day at all. The library searches five years
+// ahead; from 2024 on that spans every month, every weekday and a 29 February.
 func (s windowSchedule) firesAtAll() bool {
-	if s.spec.Dow&starBit == 0 {
-		return true
-	}
-	daysIn := [13]int{0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
-	for month := 1; month <= 12; month++ {
-		if s.spec.Month&(1<<uint(month)) != 0 && s.spec.Dom&((1<<uint(daysIn[month]+1))-1) != 0 {
-			return true
-		}
-	}
-	return false
+	return !s.days.Next(time.Date(2024, time.January, 1, 0, 0, 0, 0, time.UTC).Add(-time.Second)).IsZero()
 }

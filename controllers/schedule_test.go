@@ -191,3 +191,29 @@ func TestRetriesBackOffToACap(t *testing.T) {
 		t.Fatalf("after reset %v, want 1s", d)
 	}
 }
+
+// The day rule is the pinned cron library's: with both day-of-month and day-of-week restricted
+// a day matching either fires (the 13th, and every Friday); with one of them a star, both must.
+func TestDayRuleIsTheCronLibrarys(t *testing.T) {
+	for _, tc := range []struct {
+		schedule string
+		day      string
+		want     bool
+	}{
+		{"0 9 13 * 5", "2026-12-04", true},  // a Friday
+		{"0 9 13 * 5", "2026-12-13", true},  // a Sunday, the 13th
+		{"0 9 13 * 5", "2026-12-14", false}, // neither
+		{"0 9 13 * *", "2026-12-04", false}, // day-of-week a star: the 13th only
+		{"0 9 * * 5", "2026-12-13", false},  // day-of-month a star: Fridays only
+		{"0 9 29 2 *", "2028-02-29", true},
+	} {
+		s, err := parseWindow(window(tc.schedule, time.Hour, "UTC"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		day, _ := time.Parse(time.DateOnly, tc.day)
+		if got := s.dayMatches(day); got != tc.want {
+			t.Errorf("%q on %s: %v, want %v", tc.schedule, tc.day, got, tc.want)
+		}
+	}
+}
