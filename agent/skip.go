@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"sync/atomic"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
@@ -37,6 +38,11 @@ type skipFilter struct {
 	// acked and skipped (for a chunked message, by the position of its last chunk).
 	ledger, entry int64
 	batch         int32
+	// stale, when set, drops messages before from too, unacknowledged, until one at or after
+	// from arrives (then it clears). Only a consumer that did not run the seek needs it: a
+	// reset disconnects it and its client empties its receiver queue, but a batch entry its
+	// dispatcher already had in hand arrives afterwards, from before the new cursor.
+	stale *atomic.Bool
 }
 
 // before reports whether a message at (ledger, entry, batch) lies from f.from up to the target.
@@ -100,7 +106,8 @@ func (c *Consumer) withoutSkipsOf(partitions partitionSet) skipSet {
 // FilterSeekTargets takes on the seek filters of a seek another consumer ran (positions as
 // the executor reports them): on Shared and Key_Shared the broker may send the target's batch
 // entry to this consumer, and the messages before the target in it must not reach the
-// application here either. Held messages before a target are acknowledged and dropped now.
+// application here either; nor may a message from before the new cursor that the client
+// still had in hand. Held messages before a target are dropped now.
 func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 	filters := skipSet{}
 	for _, p := range positions {
@@ -111,9 +118,9 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 		if err != nil {
 			return err
 		}
-		if f.active() {
-			filters[max(p.Partition, 0)] = f
-		}
+		f.stale = &atomic.Bool{}
+		f.stale.Store(true)
+		filters[max(p.Partition, 0)] = f
 	}
 	if len(filters) == 0 {
 		return nil
@@ -139,6 +146,10 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 	c.syncFastLocked()
 	return nil
+}
+
+func beforeCursor(from position, id pulsar.MessageID) bool {
+	return id.LedgerID() < from.ledger || (id.LedgerID() == from.ledger && id.EntryID() < from.entry)
 }
 
 // parseTarget reads a seek position: its message id, "ledger:entry:partition:batch", and the
@@ -174,7 +185,16 @@ func (c *Consumer) skipBeforeTarget(cm pulsar.ConsumerMessage) bool {
 	}
 	id := cm.Message.ID()
 	f, ok := (*s)[id.PartitionIdx()]
-	if !ok || !f.before(id.LedgerID(), id.EntryID(), id.BatchIdx()) {
+	if !ok {
+		return false
+	}
+	if f.stale != nil && f.stale.Load() {
+		if beforeCursor(f.from, id) {
+			return true // left over from before the seek: the broker no longer counts it unacked
+		}
+		f.stale.Store(false)
+	}
+	if !f.before(id.LedgerID(), id.EntryID(), id.BatchIdx()) {
 		return false
 	}
 	if cm.Consumer != nil {
