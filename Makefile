@@ -104,6 +104,23 @@ demo-pulsar: ## Run the scripted walk-through on a real Apache Pulsar standalone
 		PULSAR_VERSION=$$v $(PULSAR) exec -- sh -c '$(GO) run ./hack/demo --pulsar-url "$$PULSAR_URL" --admin-url "$$PULSAR_ADMIN_URL"'; \
 	done
 
+.PHONY: clients-fetch
+clients-fetch: ## Install the sidecar tests' Java and Python consumer apps (pulsar-client from Maven and PyPI; cached under ~/.cache/subflow/clients).
+	hack/clients/java/peer.sh --prepare
+	hack/clients/python/peer.sh --prepare
+
+.PHONY: sidecar-pulsar
+sidecar-pulsar: ## Run the sidecar's tests with the Go, Java and Python consumer apps on a real Apache Pulsar of each of PULSAR_VERSIONS, and on one with token authentication.
+	@set -e; for v in $(PULSAR_VERSIONS); do \
+		echo "== sidecar with the Go, Java and Python clients on Apache Pulsar $$v"; \
+		PULSAR_VERSION=$$v PULSAR_CLIENT_VERSION=$$v $(PULSAR) exec -- $(GO) test $(TEST_FLAGS) ./agent/sidecar/; \
+	done
+	@set -e; key=$$(head -c 32 /dev/urandom | base64 -w0); echo "== sidecar on Apache Pulsar with token authentication"; \
+	PULSAR_TOKEN_SECRET=$$key $(PULSAR) exec --set authenticationEnabled=true \
+		--set authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken \
+		--set "tokenSecretKey=data:;base64,$$key" --set anonymousUserRole=anonymous \
+		-- $(GO) test $(TEST_FLAGS) -run TestTokenAuth ./agent/sidecar/
+
 .PHONY: bench
 bench: ## Run the benchmarks side by side and write BENCHMARKS.md (a real Pulsar runs for the *Pulsar benchmarks).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- $(GO) run ./hack/benchreport
@@ -119,9 +136,10 @@ demo: ## Run the scripted walk-through on a local control plane and test broker.
 ##@ Build
 
 .PHONY: build
-build: ## Build the controller and the kubectl plugin into bin/.
+build: ## Build the controller, the kubectl plugin and the sidecar into bin/.
 	$(GO) build -o bin/subflow .
 	$(GO) build -o bin/kubectl-subflow ./cmd/kubectl-subflow
+	$(GO) build -o bin/subflow-sidecar ./cmd/subflow-sidecar
 
 .PHONY: run
 run: ## Run the controller against the cluster in ~/.kube/config.
