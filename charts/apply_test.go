@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
@@ -48,7 +51,8 @@ func standIns() []*apiextensionsv1.CustomResourceDefinition {
 }
 
 // TestApplyServerSide installs the chart the way `helm install` would send it, server-side with
-// kubectl, into an API server that has no subflow CRD yet: with the default values as release
+// kubectl (or the same requests from the Go client where there is no kubectl), into an API server
+// that has no subflow CRD yet: with the default values as release
 // subflow in subflow-system, and with the non-default values as release team-subflow in ops. The
 // API server accepts every object, the CRD it installs serves SubscriptionFlows, and with the
 // webhooks installed but no controller running, flows and labelled pods are still created (both
@@ -59,13 +63,17 @@ func TestApplyServerSide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kubectl as hack/teardown finds it; without it the same server-side apply requests are sent
+	// from here (a PATCH of type apply-patch+yaml per object, in the rendered order, as kubectl does).
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		kubectl = filepath.Join(assets, "kubectl")
 		if _, err := os.Stat(kubectl); err != nil {
-			t.Skip("no kubectl on PATH or with the envtest binaries: the chart is applied with kubectl apply --server-side")
+			kubectl = ""
+			t.Log("no kubectl on PATH or with the envtest binaries: applying server-side with the Go client instead")
 		}
 	}
+	logf.SetLogger(logr.Discard()) // envtest logs through controller-runtime's logger
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDs: standIns()}
 	cfg, err := env.Start()
 	if err != nil {
@@ -79,6 +87,7 @@ func TestApplyServerSide(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = subflowv1.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +130,15 @@ func TestApplyServerSide(t *testing.T) {
 			t.Fatal(err)
 		}
 		// One field manager for both releases: they share the CRD, as two installs of one chart would.
-		run("apply", "--server-side", "--field-manager=helm", "-f", path)
+		if kubectl != "" {
+			run("apply", "--server-side", "--field-manager=helm", "-f", path)
+		} else {
+			for _, o := range objs {
+				if err := k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("helm")); err != nil {
+					t.Fatalf("release %s: server-side apply of %s %s: %v", in.release, o.GetKind(), client.ObjectKeyFromObject(o), err)
+				}
+			}
+		}
 		for _, o := range objs {
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(o.GroupVersionKind())
@@ -135,7 +152,14 @@ func TestApplyServerSide(t *testing.T) {
 		}
 		t.Logf("release %s in %s: %d objects applied (%d kinds)", in.release, in.namespace, len(objs), len(kinds))
 	}
-	run("wait", "--for=condition=Established", "--timeout=60s", "crd/subscriptionflows.subflow.dev")
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "subscriptionflows.subflow.dev"}, crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := envtest.WaitForCRDs(cfg, []*apiextensionsv1.CustomResourceDefinition{crd}, envtest.CRDInstallOptions{
+		MaxTime: time.Minute, PollInterval: 50 * time.Millisecond}); err != nil {
+		t.Fatalf("the chart's CRD is not served: %v", err)
+	}
 
 	// No controller runs: both webhooks' Services have no endpoints, and nothing is refused.
 	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}

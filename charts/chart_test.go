@@ -173,6 +173,18 @@ func TestLint(t *testing.T) {
 		args = append(args, "--set", v)
 	}
 	helm(t, args...)
+	// Everything optional off: a controller without webhooks or metrics, RBAC and CRD managed elsewhere.
+	minimal := render(t, "subflow", "subflow-system", "webhook.enabled=false", "metrics.enabled=false", "rbac.create=false",
+		"rbac.userRoles=false", "serviceAccount.create=false", "serviceAccount.name=existing", "crds.install=false")
+	if len(minimal) != 1 || minimal[0].GetKind() != "Deployment" {
+		var kinds []string
+		for _, o := range minimal {
+			kinds = append(kinds, o.GetKind()+" "+o.GetName())
+		}
+		t.Errorf("with everything optional off the chart renders %v, want the Deployment alone", kinds)
+	} else if _, args := container(t, minimal[0]); !slices.Contains(args, "--enable-webhooks=false") || !slices.Contains(args, "--metrics-bind-address=0") {
+		t.Errorf("args %v, want --enable-webhooks=false and --metrics-bind-address=0", args)
+	}
 }
 
 // TestRenderDefault: the default values install what config/default does, under the same names
