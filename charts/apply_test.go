@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -111,6 +112,21 @@ func TestApplyServerSide(t *testing.T) {
 		{"subflow", "subflow-system", nil},
 		{"team-subflow", "ops", nonDefault},
 	}
+	// One field manager for both releases: they share the CRD, as two installs of one chart would.
+	apply := func(path string, objs []*unstructured.Unstructured) {
+		t.Helper()
+		if kubectl != "" {
+			run("apply", "--server-side", "--field-manager=helm", "-f", path)
+			return
+		}
+		for _, o := range objs {
+			if err := k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("helm")); err != nil {
+				t.Fatalf("server-side apply of %s %s: %v", o.GetKind(), client.ObjectKeyFromObject(o), err)
+			}
+		}
+	}
+	rendered := map[string]string{}
+	renderedObjs := map[string][]*unstructured.Unstructured{}
 	for _, in := range installs {
 		args := []string{"template", in.release, chartDir, "--namespace", in.namespace}
 		for _, v := range in.values {
@@ -129,16 +145,8 @@ func TestApplyServerSide(t *testing.T) {
 		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.namespace}}); err != nil {
 			t.Fatal(err)
 		}
-		// One field manager for both releases: they share the CRD, as two installs of one chart would.
-		if kubectl != "" {
-			run("apply", "--server-side", "--field-manager=helm", "-f", path)
-		} else {
-			for _, o := range objs {
-				if err := k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("helm")); err != nil {
-					t.Fatalf("release %s: server-side apply of %s %s: %v", in.release, o.GetKind(), client.ObjectKeyFromObject(o), err)
-				}
-			}
-		}
+		apply(path, objs)
+		rendered[in.release], renderedObjs[in.release] = path, objs
 		for _, o := range objs {
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(o.GroupVersionKind())
@@ -181,6 +189,41 @@ func TestApplyServerSide(t *testing.T) {
 	} else if _, injected := pod.Annotations["subflow.dev/injected"]; injected || len(pod.Spec.Volumes) > 0 {
 		t.Errorf("a pod was changed with no webhook server running: %v %v", pod.Annotations, pod.Spec.Volumes)
 	}
+
+	// The controller fills the self-managed Secret and both caBundles; an upgrade (Helm 4 applies
+	// server-side by default) must leave them: Helm never owned those fields.
+	t.Run("upgrade keeps the self-managed certificate", func(t *testing.T) {
+		secret := &corev1.Secret{}
+		key := client.ObjectKey{Namespace: "subflow-system", Name: "subflow-webhook-server-cert"}
+		if err := k8s.Get(ctx, key, secret); err != nil {
+			t.Fatal(err)
+		}
+		secret.Data = map[string][]byte{"ca.crt": []byte("ca"), "tls.crt": []byte("crt"), "tls.key": []byte("key")}
+		if err := k8s.Update(ctx, secret, client.FieldOwner("subflow")); err != nil {
+			t.Fatal(err)
+		}
+		mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: "subflow-mutating-webhook-configuration"}, mutating); err != nil {
+			t.Fatal(err)
+		}
+		mutating.Webhooks[0].ClientConfig.CABundle = []byte("ca")
+		if err := k8s.Update(ctx, mutating, client.FieldOwner("subflow")); err != nil {
+			t.Fatal(err)
+		}
+		apply(rendered["subflow"], renderedObjs["subflow"])
+		if err := k8s.Get(ctx, key, secret); err != nil {
+			t.Fatal(err)
+		}
+		if string(secret.Data["tls.crt"]) != "crt" || string(secret.Data["ca.crt"]) != "ca" {
+			t.Errorf("re-applying the chart emptied the controller's Secret: %v", secret.Data)
+		}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: "subflow-mutating-webhook-configuration"}, mutating); err != nil {
+			t.Fatal(err)
+		}
+		if string(mutating.Webhooks[0].ClientConfig.CABundle) != "ca" {
+			t.Errorf("re-applying the chart reset the caBundle to %q", mutating.Webhooks[0].ClientConfig.CABundle)
+		}
+	})
 
 	t.Run("permissions", func(t *testing.T) {
 		type access struct {
