@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -72,34 +73,54 @@ func asController(cfg *rest.Config) *rest.Config {
 // code does not need is not granted.
 func TestControllerPermissionsAreNarrow(t *testing.T) {
 	ns := namespace(t, true)
+	const cluster = "(cluster)" // a cluster-scoped resource; an empty namespace means the test's
 	tests := []struct {
 		verb, group, resource, subresource, name string
+		namespace                                string
 		allowed                                  bool
 	}{
-		{"get", "", "secrets", "", "subflow-agent-token", true},
-		{"create", "", "secrets", "", "", true},
-		{"get", "", "secrets", "", "db-password", false},
-		{"list", "", "secrets", "", "", false},
-		{"watch", "", "secrets", "", "", false},
-		{"update", "", "secrets", "", "subflow-agent-token", false},
-		{"patch", "subflow.dev", "subscriptionflows", "", "", true},
-		{"update", "subflow.dev", "subscriptionflows", "", "", false},
-		{"create", "subflow.dev", "subscriptionflows", "", "", false},
-		{"delete", "subflow.dev", "subscriptionflows", "", "", false},
-		{"patch", "subflow.dev", "subscriptionflows", "status", "", true},
-		{"get", "subflow.dev", "subscriptionflows", "status", "", false},
-		{"update", "subflow.dev", "subscriptionflows", "status", "", false},
-		{"update", "", "pods", "", "", false},
-		{"create", "", "pods", "", "", false},
-		{"create", "", "configmaps", "", "", false},
+		{"get", "", "secrets", "", "subflow-agent-token", "", true},
+		{"create", "", "secrets", "", "", "", true},
+		{"get", "", "secrets", "", "db-password", "", false},
+		{"list", "", "secrets", "", "", "", false},
+		{"watch", "", "secrets", "", "", "", false},
+		{"update", "", "secrets", "", "subflow-agent-token", "", false},
+		{"patch", "subflow.dev", "subscriptionflows", "", "", "", true},
+		{"update", "subflow.dev", "subscriptionflows", "", "", "", false},
+		{"create", "subflow.dev", "subscriptionflows", "", "", "", false},
+		{"delete", "subflow.dev", "subscriptionflows", "", "", "", false},
+		{"patch", "subflow.dev", "subscriptionflows", "status", "", "", true},
+		{"get", "subflow.dev", "subscriptionflows", "status", "", "", false},
+		{"update", "subflow.dev", "subscriptionflows", "status", "", "", false},
+		{"update", "", "pods", "", "", "", false},
+		{"create", "", "pods", "", "", "", false},
+		{"create", "", "configmaps", "", "", "", false},
+		// The webhooks: the namespace's sidecar configuration, by name only.
+		{"get", "", "configmaps", "", "subflow", "", true},
+		{"get", "", "configmaps", "", "other", "", false},
+		{"list", "", "configmaps", "", "", "", false},
+		// The self-managed certificates: the controller's own Secret and its own two webhook
+		// configurations, updated by name only.
+		{"update", "", "secrets", "", "subflow-webhook-server-cert", controllerNamespace, true},
+		{"update", "", "secrets", "", "other", controllerNamespace, false},
+		{"update", "", "secrets", "", "subflow-webhook-server-cert", "", false},
+		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", cluster, true},
+		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "other", cluster, false},
+		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "subflow-validating-webhook-configuration", cluster, true},
+		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", cluster, false},
+		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "", cluster, false},
 	}
 	for _, tt := range tests {
-		name := fmt.Sprintf("%s %s/%s %s %s", tt.verb, tt.resource, tt.subresource, tt.group, tt.name)
+		name := fmt.Sprintf("%s %s/%s %s %s in %s", tt.verb, tt.resource, tt.subresource, tt.group, tt.name, tt.namespace)
+		namespace := cmp.Or(tt.namespace, ns)
+		if namespace == cluster {
+			namespace = ""
+		}
 		t.Run(name, func(t *testing.T) {
 			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   controllerUser,
 				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + controllerNamespace, "system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: tt.verb, Group: tt.group,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: tt.verb, Group: tt.group,
 					Resource: tt.resource, Subresource: tt.subresource, Name: tt.name},
 			}}
 			if err := k8s.Create(context.Background(), review); err != nil {
