@@ -10,9 +10,21 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
-// subscriberFor returns the raw client's Subscribe or the agent's.
+// subscriberFor returns the raw client's Subscribe or the agent's; "agentSlow" is the agent
+// without its lock-free fast take.
 func subscriberFor(e *env, name string) func(pulsar.ConsumerOptions) (pulsar.Consumer, error) {
 	switch name {
+	case "agentSlow":
+		return func(o pulsar.ConsumerOptions) (pulsar.Consumer, error) {
+			c, err := e.agent.Subscribe(e.client, o)
+			if err == nil {
+				c.mu.Lock()
+				c.slowOnly = true
+				c.syncFastLocked()
+				c.unlockGate()
+			}
+			return c, err
+		}
 	case "raw":
 		return e.client.Subscribe
 	case "rawUnbuffered": // the raw client on the unbuffered channel the gate needs
@@ -41,7 +53,7 @@ func consumeAll(b *testing.B, c pulsar.Consumer, n int) time.Duration {
 // BenchmarkConsume compares the raw client consumer with the agent's gated consumer: receive
 // and ack b.N messages published beforehand, each run on a fresh broker.
 func BenchmarkConsume(b *testing.B) {
-	for _, name := range []string{"raw", "agent"} {
+	for _, name := range []string{"raw", "agent", "agentSlow"} {
 		b.Run(name, func(b *testing.B) {
 			e := newDirectEnv(b)
 			topic := uniqueTopic(b)
@@ -59,16 +71,16 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-// BenchmarkConsumeInterleaved alternates raw, raw-on-an-unbuffered-channel and agent rounds of
-// the same size on one broker, so that machine noise hits all alike, and reports the agent's
+// BenchmarkConsumeInterleaved alternates raw, raw-on-an-unbuffered-channel, agent and
+// agent-without-fast-take rounds of the same size on one broker, so that machine noise hits all alike, and reports the agent's
 // throughput relative to each: the median of the rounds' ratios (a round that a neighbour's
 // burst slowed does not decide it), and the ratio of the totals for context.
 func BenchmarkConsumeInterleaved(b *testing.B) {
 	const perRound = 20_000
 	e := newDirectEnv(b)
-	names := [...]string{"raw", "rawUnbuffered", "agent"}
+	names := [...]string{"raw", "rawUnbuffered", "agent", "agentSlow"}
 	var took [len(names)]time.Duration
-	var overRaw, overUnbuffered []float64
+	var overRaw, overUnbuffered, overSlow []float64
 	rounds := max(b.N, 60) // fewer rounds leave the median to noise on a shared machine
 	b.ResetTimer()
 	for round := range rounds {
@@ -94,6 +106,7 @@ func BenchmarkConsumeInterleaved(b *testing.B) {
 		b.StopTimer()
 		overRaw = append(overRaw, this[0].Seconds()/this[2].Seconds())
 		overUnbuffered = append(overUnbuffered, this[1].Seconds()/this[2].Seconds())
+		overSlow = append(overSlow, this[3].Seconds()/this[2].Seconds())
 		for _, c := range consumers {
 			c.Close()
 		}
@@ -101,6 +114,7 @@ func BenchmarkConsumeInterleaved(b *testing.B) {
 	}
 	b.ReportMetric(median(overRaw), "agent/raw")
 	b.ReportMetric(median(overUnbuffered), "agent/rawUnbuffered")
+	b.ReportMetric(median(overSlow), "agent/agentSlow") // what the fast take pays
 	b.ReportMetric(took[0].Seconds()/took[2].Seconds(), "agent/raw-total")
 	b.ReportMetric(float64(rounds), "rounds")
 }

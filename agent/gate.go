@@ -92,7 +92,9 @@ type gate struct {
 	seeking  bool
 	seekWant protocol.State
 
-	// The fast take (takeFast) reads these without c.mu; see syncFastLocked.
+	// The fast take (takeFast) reads these without c.mu; see syncFastLocked. slowOnly turns it
+	// off, for the benchmarks that measure what it saves.
+	slowOnly    bool
 	fast        atomic.Bool
 	fastTakers  atomic.Int64
 	fastSrc     chan pulsar.ConsumerMessage
@@ -387,7 +389,7 @@ func (c *Consumer) leaveFast() {
 // no redelivery filter (the seek filter is the fast take's own). While the gate is open this can
 // only become true (held and the filter only shrink); it becomes false in closeGateLocked, which then waits for fast takers.
 func (c *Consumer) syncFastLocked() {
-	want := c.phase == gateOpen && !c.zeroQueue && c.src != nil && len(c.held) == 0 &&
+	want := !c.slowOnly && c.phase == gateOpen && !c.zeroQueue && c.src != nil && len(c.held) == 0 &&
 		c.handed.empty()
 	switch {
 	case want && !c.fast.Load():

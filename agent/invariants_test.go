@@ -53,7 +53,7 @@ func gateInvariants(c *Consumer) []string {
 	check(plugged || (c.pluggedReal == 0 && !c.dropPlugged && c.dropPluggedOf == nil), "unplugged => no plug bookkeeping")
 	check(c.pluggedReal >= 0 && (c.src == nil || c.pluggedReal <= cap(c.src)), "0 <= pluggedReal <= cap(src)")
 	// The fast take skips every check of the slow path, so it is on exactly when none applies.
-	check(c.fast.Load() == (open && !c.zeroQueue && c.src != nil && len(c.held) == 0 && c.handed.empty()),
+	check(c.fast.Load() == (!c.slowOnly && open && !c.zeroQueue && c.src != nil && len(c.held) == 0 && c.handed.empty()),
 		"fast <=> open, not zero-queue, subscribed, nothing held, no redelivery filter")
 	// Fast takers read fastSrc without c.mu: it must be the current src.
 	check(!c.fast.Load() || c.fastSrc == c.src, "fast => fastSrc == src")
