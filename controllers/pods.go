@@ -34,7 +34,9 @@ func selectorOf(flow *subflowv1.SubscriptionFlow) (labels.Selector, error) {
 // Terminating pods are included (they still hold the rule) but are not pushed to.
 func (r *SubscriptionFlowReconciler) matchedPods(ctx context.Context, flow *subflowv1.SubscriptionFlow, selector labels.Selector) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(flow.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	// The pods are only read (never mutated) here and by the callers: no deep copy of each.
+	if err := r.List(ctx, &list, client.InNamespace(flow.Namespace), client.MatchingLabelsSelector{Selector: selector},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	pods := list.Items[:0]
@@ -142,7 +144,9 @@ func (r *SubscriptionFlowReconciler) podEvents() handler.EventHandler {
 
 func (r *SubscriptionFlowReconciler) enqueueFlowsFor(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], pods ...client.Object) {
 	var flows subflowv1.SubscriptionFlowList
-	if err := r.List(ctx, &flows, client.InNamespace(pods[0].GetNamespace())); err != nil {
+	// Read-only: each pod event of a start or a rollout would otherwise deep-copy every flow of
+	// the namespace.
+	if err := r.List(ctx, &flows, client.InNamespace(pods[0].GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing flows for a pod event failed")
 		return
 	}

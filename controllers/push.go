@@ -26,8 +26,7 @@ import (
 func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, revision int64, pods []corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
 	outcomes := make([]podOutcome, len(pods))
-	answered := make(chan struct{}, len(pods))
-	sem := make(chan struct{}, r.parallelism())
+	jobs := make(chan pushJob, len(pods))
 	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
 	waiting := map[int]pushKey{}
 	now := time.Now()
@@ -47,23 +46,34 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		} else {
 			outcomes[i].Err = lastErr
 		}
-		req := request(t.Pod) // now: the push may outlive the reconcile and its flow object
+		jobs <- pushJob{i: i, key: key, target: t, req: request(t.Pod)} // now: the push may outlive the reconcile and its flow object
+	}
+	close(jobs)
+	// Each answer names its pod, so that collecting it costs one lookup, not one per pod waited for.
+	answered := make(chan int, len(jobs))
+	for range min(r.parallelism(), len(jobs)) {
 		go func() {
-			sem <- struct{}{}
-			outcome := r.pushOne(ctx, t, req)
-			<-sem
-			if r.pushes.finish(key, outcome) {
-				r.wake(flow)
+			for job := range jobs {
+				outcome := r.pushOne(ctx, job.target, job.req)
+				if r.pushes.finish(job.key, outcome) {
+					r.wake(flow)
+				}
+				answered <- job.i
 			}
-			answered <- struct{}{}
 		}()
 	}
 	patience := time.NewTimer(pushPatience)
 	defer patience.Stop()
 	for len(waiting) > 0 {
 		select {
-		case <-answered:
+		case i := <-answered:
 			patience.Reset(pushPatience)
+			if key, ok := waiting[i]; ok {
+				if o, ok := r.pushes.collect(key, false); ok {
+					outcomes[i] = o
+					delete(waiting, i)
+				}
+			}
 		case <-patience.C:
 			for i, key := range waiting {
 				if o, ok := r.pushes.collect(key, true); ok {
@@ -74,14 +84,17 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 			}
 			return outcomes
 		}
-		for i, key := range waiting {
-			if o, ok := r.pushes.collect(key, false); ok {
-				outcomes[i] = o
-				delete(waiting, i)
-			}
-		}
 	}
 	return outcomes
+}
+
+// pushJob is one pod's push, run by one of the flow's at most parallelism push workers (so a
+// flow of 10 000 pods starts 64 goroutines, not 10 000).
+type pushJob struct {
+	i      int
+	key    pushKey
+	target AgentTarget
+	req    protocol.FlowRequest
 }
 
 // pushOne pushes one request and records how it went.

@@ -72,6 +72,8 @@ func TestFailedSeekDropsNothing(t *testing.T) {
 	for i := range total {
 		producer.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))}, nil)
 		if i == total/10 {
+			// Pause once messages flow to the pods, so that the rest streams into held gates.
+			eventually(t, "the first messages delivered", func() bool { return totalReceived(pods...) >= 10 })
 			patchFlow(t, flow, `{"spec":{"state":"Paused"}}`)
 		}
 	}

@@ -70,6 +70,38 @@ func (t agentTokens) rotating() bool { return t.Previous != "" }
 type tokenBook struct {
 	mu   sync.Mutex
 	seen map[string]tokenHistory
+	// reading holds each Secret's read in flight, which overlapping reads wait for.
+	reading map[string]*tokenRead
+}
+
+type tokenRead struct {
+	done  chan struct{}
+	token string
+	err   error
+}
+
+// readShared returns read's result, calling it only when no read of the Secret is in flight;
+// otherwise it waits for that one's. (The caller of the shared read owns its context: a
+// cancelled one fails the others' read too, and they retry as after any error.)
+func (b *tokenBook) readShared(secret string, read func() (string, error)) (string, error) {
+	b.mu.Lock()
+	if r, ok := b.reading[secret]; ok {
+		b.mu.Unlock()
+		<-r.done
+		return r.token, r.err
+	}
+	if b.reading == nil {
+		b.reading = map[string]*tokenRead{}
+	}
+	r := &tokenRead{done: make(chan struct{})}
+	b.reading[secret] = r
+	b.mu.Unlock()
+	r.token, r.err = read()
+	b.mu.Lock()
+	delete(b.reading, secret)
+	b.mu.Unlock()
+	close(r.done)
+	return r.token, r.err
 }
 
 type tokenHistory struct {
@@ -108,13 +140,18 @@ func (r *SubscriptionFlowReconciler) tokenRotationGrace() time.Duration {
 	return DefaultTokenRotationGrace
 }
 
-// agentToken reads the flow's token Secret and returns the tokens to offer its agents.
+// agentToken reads the flow's token Secret and returns the tokens to offer its agents. Reads
+// of one Secret that overlap share one API call: a fleet pause reconciles every flow of a
+// namespace at once, and each uncached read is a round trip (a quorum read) that the API
+// server serves among the status writes. A read that starts after another ended reads again,
+// so a rotation is seen as soon as before.
 func (r *SubscriptionFlowReconciler) agentToken(ctx context.Context, flow *subflowv1.SubscriptionFlow) (agentTokens, error) {
-	token, err := r.readToken(ctx, flow)
+	ref := tokenRefText(flow)
+	token, err := r.tokens.readShared(ref, func() (string, error) { return r.readToken(ctx, flow) })
 	if err != nil {
 		return agentTokens{}, err
 	}
-	return r.tokens.observe(tokenRefText(flow), token, r.Clock.Now(), r.tokenRotationGrace()), nil
+	return r.tokens.observe(ref, token, r.Clock.Now(), r.tokenRotationGrace()), nil
 }
 
 // readToken reads the flow's token Secret (uncached: the manager's client reads Secrets

@@ -266,7 +266,7 @@ type SubscriptionFlowStatus struct {
 	// first pushed to, so that a pod that stops matching, or every holder when the flow is
 	// deleted, is released even by a restarted controller.
 	// +optional
-	// +listType=set
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10000
 	// +kubebuilder:validation:items:MaxLength=253
 	HeldBy []string `json:"heldBy,omitempty"`

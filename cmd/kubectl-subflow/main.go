@@ -108,6 +108,9 @@ func (p *plugin) connect() (client.WithWatch, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// client-go's default (5 requests/s, bursts of 10) makes the fleet switch's 2 requests per
+	// flow take 40 s for 100 flows; the API server's priority and fairness protects it instead.
+	cfg.QPS, cfg.Burst = 100, 200
 	c, err := newClient(cfg)
 	return c, namespace, err
 }
