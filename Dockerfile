@@ -15,15 +15,16 @@ ARG TARGETARCH=amd64
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/subflow .
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/subflow-sidecar ./cmd/subflow-sidecar
 
-# The sidecar for consumers in any language: docker build --target sidecar.
-FROM gcr.io/distroless/static:nonroot AS sidecar
-COPY --from=builder /out/subflow-sidecar /subflow-sidecar
+# Distroless static, non-root: nothing but the binary (time zones are embedded in it).
+FROM gcr.io/distroless/static:nonroot AS base
 USER 65532:65532
+
+# The sidecar for consumers in any language: docker build --target sidecar.
+FROM base AS sidecar
+COPY --from=builder /out/subflow-sidecar /subflow-sidecar
 ENTRYPOINT ["/subflow-sidecar"]
 
-# The controller (the default target). Distroless static, non-root: nothing but the binary
-# (time zones are embedded in it).
-FROM gcr.io/distroless/static:nonroot
+# The controller (the default target).
+FROM base
 COPY --from=builder /out/subflow /subflow
-USER 65532:65532
 ENTRYPOINT ["/subflow"]
