@@ -155,7 +155,7 @@ func (c *conn) handshake(r *bufio.Reader) (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	proxyTo := unknownString(cmd.GetConnect(), fieldConnectProxyToBrokerURL)
+	proxyTo := cmd.GetConnect().GetProxyToBrokerUrl()
 	addr, err := c.s.target(proxyTo)
 	if err != nil {
 		return frame{}, err
@@ -417,7 +417,7 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 			return nil
 		}
 	case pb.BaseCommand_CLOSE_CONSUMER:
-		c.assignedBroker(unknownString(cmd.GetCloseConsumer(), fieldCloseAssignedBrokerURL))
+		c.assignedBroker(cmd.GetCloseConsumer().GetAssignedBrokerServiceUrl())
 		if cons := c.consumer(cmd.GetCloseConsumer().GetConsumerId()); cons != nil && !cons.brokerClosed() {
 			return nil
 		}

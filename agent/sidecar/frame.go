@@ -21,12 +21,6 @@ const DefaultMaxFrameSize = 5<<20 + 10<<10
 const (
 	magicChecksum    = 0x0e01
 	magicBrokerEntry = 0x0e02
-
-	// Field numbers read from unknown fields: the generated subset does not declare them, and
-	// the wire recorder reads them the same way.
-	fieldConnectProxyToBrokerURL = 6 // CommandConnect.proxy_to_broker_url
-	fieldCloseAssignedBrokerURL  = 3 // CommandCloseConsumer.assignedBrokerServiceUrl
-	fieldMetadataNumMessages     = 11
 )
 
 // errBadFrame marks input that is not Pulsar framing: the connection is closed.
@@ -148,36 +142,13 @@ func successCommand(requestID uint64) []byte {
 
 var pingFrame = encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
 
-// unknownString reads a length-delimited field from a message's unknown fields.
-func unknownString(m proto.Message, field protowire.Number) string {
-	raw := m.ProtoReflect().GetUnknown()
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return ""
-		}
-		raw = raw[n:]
-		if num == field && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(raw)
-			if n < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, raw); n < 0 {
-			return ""
-		}
-		raw = raw[n:]
-	}
-	return ""
-}
-
-// Fields of MessageMetadata read by hand (PulsarApi.proto numbers); the generated subset does
-// not declare the chunk fields.
+// Fields of MessageMetadata read by hand (PulsarApi.proto numbers): every MESSAGE goes through
+// readEntry, which skips the rest of the metadata instead of unmarshalling all of it.
 const (
-	fieldMetadataUUID      = 26
-	fieldMetadataNumChunks = 27
-	fieldMetadataChunkID   = 29
+	fieldMetadataNumMessages = 11
+	fieldMetadataUUID        = 26
+	fieldMetadataNumChunks   = 27
+	fieldMetadataChunkID     = 29
 )
 
 // entry is what the sidecar reads of a MESSAGE payload.

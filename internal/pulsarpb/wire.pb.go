@@ -1146,14 +1146,15 @@ func (x *FeatureFlags) GetSupportsTopicWatchers() bool {
 }
 
 type CommandConnect struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	ClientVersion   *string                `protobuf:"bytes,1,req,name=client_version,json=clientVersion" json:"client_version,omitempty"`
-	AuthData        []byte                 `protobuf:"bytes,3,opt,name=auth_data,json=authData" json:"auth_data,omitempty"`
-	ProtocolVersion *int32                 `protobuf:"varint,4,opt,name=protocol_version,json=protocolVersion,def=0" json:"protocol_version,omitempty"`
-	AuthMethodName  *string                `protobuf:"bytes,5,opt,name=auth_method_name,json=authMethodName" json:"auth_method_name,omitempty"`
-	FeatureFlags    *FeatureFlags          `protobuf:"bytes,10,opt,name=feature_flags,json=featureFlags" json:"feature_flags,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ClientVersion    *string                `protobuf:"bytes,1,req,name=client_version,json=clientVersion" json:"client_version,omitempty"`
+	AuthData         []byte                 `protobuf:"bytes,3,opt,name=auth_data,json=authData" json:"auth_data,omitempty"`
+	ProtocolVersion  *int32                 `protobuf:"varint,4,opt,name=protocol_version,json=protocolVersion,def=0" json:"protocol_version,omitempty"`
+	AuthMethodName   *string                `protobuf:"bytes,5,opt,name=auth_method_name,json=authMethodName" json:"auth_method_name,omitempty"`
+	ProxyToBrokerUrl *string                `protobuf:"bytes,6,opt,name=proxy_to_broker_url,json=proxyToBrokerUrl" json:"proxy_to_broker_url,omitempty"`
+	FeatureFlags     *FeatureFlags          `protobuf:"bytes,10,opt,name=feature_flags,json=featureFlags" json:"feature_flags,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 // Default values for CommandConnect fields.
@@ -1215,6 +1216,13 @@ func (x *CommandConnect) GetProtocolVersion() int32 {
 func (x *CommandConnect) GetAuthMethodName() string {
 	if x != nil && x.AuthMethodName != nil {
 		return *x.AuthMethodName
+	}
+	return ""
+}
+
+func (x *CommandConnect) GetProxyToBrokerUrl() string {
+	if x != nil && x.ProxyToBrokerUrl != nil {
+		return *x.ProxyToBrokerUrl
 	}
 	return ""
 }
@@ -2507,11 +2515,13 @@ func (x *CommandCloseProducer) GetRequestId() uint64 {
 }
 
 type CommandCloseConsumer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConsumerId    *uint64                `protobuf:"varint,1,req,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
-	RequestId     *uint64                `protobuf:"varint,2,req,name=request_id,json=requestId" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                       protoimpl.MessageState `protogen:"open.v1"`
+	ConsumerId                  *uint64                `protobuf:"varint,1,req,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
+	RequestId                   *uint64                `protobuf:"varint,2,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	AssignedBrokerServiceUrl    *string                `protobuf:"bytes,3,opt,name=assignedBrokerServiceUrl" json:"assignedBrokerServiceUrl,omitempty"`
+	AssignedBrokerServiceUrlTls *string                `protobuf:"bytes,4,opt,name=assignedBrokerServiceUrlTls" json:"assignedBrokerServiceUrlTls,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *CommandCloseConsumer) Reset() {
@@ -2556,6 +2566,20 @@ func (x *CommandCloseConsumer) GetRequestId() uint64 {
 		return *x.RequestId
 	}
 	return 0
+}
+
+func (x *CommandCloseConsumer) GetAssignedBrokerServiceUrl() string {
+	if x != nil && x.AssignedBrokerServiceUrl != nil {
+		return *x.AssignedBrokerServiceUrl
+	}
+	return ""
+}
+
+func (x *CommandCloseConsumer) GetAssignedBrokerServiceUrlTls() string {
+	if x != nil && x.AssignedBrokerServiceUrlTls != nil {
+		return *x.AssignedBrokerServiceUrlTls
+	}
+	return ""
 }
 
 type CommandRedeliverUnacknowledgedMessages struct {
@@ -3478,12 +3502,13 @@ const file_wire_proto_rawDesc = "" +
 	"\x15supports_auth_refresh\x18\x01 \x01(\bR\x13supportsAuthRefresh\x12C\n" +
 	"\x1esupports_broker_entry_metadata\x18\x02 \x01(\bR\x1bsupportsBrokerEntryMetadata\x12:\n" +
 	"\x19supports_partial_producer\x18\x03 \x01(\bR\x17supportsPartialProducer\x126\n" +
-	"\x17supports_topic_watchers\x18\x04 \x01(\bR\x15supportsTopicWatchers\"\xf8\x01\n" +
+	"\x17supports_topic_watchers\x18\x04 \x01(\bR\x15supportsTopicWatchers\"\xa7\x02\n" +
 	"\x0eCommandConnect\x12%\n" +
 	"\x0eclient_version\x18\x01 \x02(\tR\rclientVersion\x12\x1b\n" +
 	"\tauth_data\x18\x03 \x01(\fR\bauthData\x12,\n" +
 	"\x10protocol_version\x18\x04 \x01(\x05:\x010R\x0fprotocolVersion\x12(\n" +
-	"\x10auth_method_name\x18\x05 \x01(\tR\x0eauthMethodName\x12J\n" +
+	"\x10auth_method_name\x18\x05 \x01(\tR\x0eauthMethodName\x12-\n" +
+	"\x13proxy_to_broker_url\x18\x06 \x01(\tR\x10proxyToBrokerUrl\x12J\n" +
 	"\rfeature_flags\x18\n" +
 	" \x01(\v2%.subflow.pulsartest.wire.FeatureFlagsR\ffeatureFlags\"\xdd\x01\n" +
 	"\x10CommandConnected\x12%\n" +
@@ -3637,12 +3662,14 @@ const file_wire_proto_rawDesc = "" +
 	"\vproducer_id\x18\x01 \x02(\x04R\n" +
 	"producerId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x02(\x04R\trequestId\"V\n" +
+	"request_id\x18\x02 \x02(\x04R\trequestId\"\xd4\x01\n" +
 	"\x14CommandCloseConsumer\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x02(\x04R\n" +
 	"consumerId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x02(\x04R\trequestId\"\x92\x01\n" +
+	"request_id\x18\x02 \x02(\x04R\trequestId\x12:\n" +
+	"\x18assignedBrokerServiceUrl\x18\x03 \x01(\tR\x18assignedBrokerServiceUrl\x12@\n" +
+	"\x1bassignedBrokerServiceUrlTls\x18\x04 \x01(\tR\x1bassignedBrokerServiceUrlTls\"\x92\x01\n" +
 	"&CommandRedeliverUnacknowledgedMessages\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x02(\x04R\n" +
 	"consumerId\x12G\n" +

@@ -21,11 +21,6 @@ const (
 
 	magicChecksum    = 0x0e01
 	magicBrokerEntry = 0x0e02
-
-	// Field numbers read from unknown fields: the generated subset does not
-	// declare them.
-	fieldConnectProxyToBrokerURL = 6 // CommandConnect.proxy_to_broker_url
-	fieldCloseAssignedBrokerURL  = 3 // CommandCloseConsumer.assignedBrokerServiceUrl
 )
 
 // errFrameSize means the stream does not look like Pulsar frames any more.
@@ -95,32 +90,6 @@ func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
 // decodeOptions accept commands that miss required fields: a recorder
 // reports what it saw rather than judging it.
 var decodeOptions = proto.UnmarshalOptions{AllowPartial: true}
-
-// unknownString reads a length-delimited field from a message's unknown
-// fields.
-func unknownString(m proto.Message, field protowire.Number) string {
-	raw := m.ProtoReflect().GetUnknown()
-	for len(raw) > 0 {
-		num, typ, n := protowire.ConsumeTag(raw)
-		if n < 0 {
-			return ""
-		}
-		raw = raw[n:]
-		if num == field && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(raw)
-			if n < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		n = protowire.ConsumeFieldValue(num, typ, raw)
-		if n < 0 {
-			return ""
-		}
-		raw = raw[n:]
-	}
-	return ""
-}
 
 // entryInfo is what a MESSAGE payload says about its entry.
 type entryInfo struct {

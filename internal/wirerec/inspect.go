@@ -74,7 +74,7 @@ func (p *Proxy) undecodable(e Event, err error) {
 func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	switch e.Type {
 	case pb.BaseCommand_CONNECT:
-		e.URL = unknownString(cmd.GetConnect(), fieldConnectProxyToBrokerURL)
+		e.URL = cmd.GetConnect().GetProxyToBrokerUrl()
 	case pb.BaseCommand_SUBSCRIBE:
 		s := cmd.GetSubscribe()
 		e.RequestID = s.GetRequestId()
@@ -112,7 +112,7 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		cc := cmd.GetCloseConsumer()
 		e.RequestID = cc.GetRequestId()
-		e.URL = unknownString(cc, fieldCloseAssignedBrokerURL)
+		e.URL = cc.GetAssignedBrokerServiceUrl()
 		return cc.ConsumerId
 	case pb.BaseCommand_UNSUBSCRIBE:
 		e.RequestID = cmd.GetUnsubscribe().GetRequestId()

@@ -292,7 +292,7 @@ func (p *Proxy) target(c *proxyConn, first []byte) (string, error) {
 	if decodeOptions.Unmarshal(cmd, &base) != nil {
 		return p.upstream, nil
 	}
-	proxied := unknownString(base.GetConnect(), fieldConnectProxyToBrokerURL)
+	proxied := base.GetConnect().GetProxyToBrokerUrl()
 	if proxied == "" {
 		return p.upstream, nil
 	}

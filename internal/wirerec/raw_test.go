@@ -14,7 +14,6 @@ import (
 	"testing/iotest"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -199,8 +198,7 @@ func TestUnknownProxyTargetRefused(t *testing.T) {
 }
 
 func proxiedConnectFrame(t testing.TB, broker string) []byte {
-	connect := &pb.CommandConnect{ClientVersion: proto.String("raw"), ProtocolVersion: proto.Int32(20)}
-	connect.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, fieldConnectProxyToBrokerURL, protowire.BytesType), broker))
+	connect := &pb.CommandConnect{ClientVersion: proto.String("raw"), ProtocolVersion: proto.Int32(20), ProxyToBrokerUrl: proto.String(broker)}
 	return encodeFrame(t, &pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: connect}, nil)
 }
 
