@@ -77,14 +77,11 @@ func (c *Consumer) setSkips(s skipSet) {
 // skipsAfter is the filter set once a seek moved the given cursors: a moved partition takes
 // the seek's filter (or none), one that did not move keeps the filter it had.
 func (c *Consumer) skipsAfter(moved movedCursors) skipSet {
-	out := skipSet{}
-	if old := c.skips.Load(); old != nil {
-		for p, f := range *old {
-			if !moved.partitions[p] && !(p == 0 && moved.partitions[-1]) {
-				out[p] = f
-			}
-		}
+	set := partitionSet{}
+	for p := range moved.partitions {
+		set[max(p, 0)] = true
 	}
+	out := c.withoutSkipsOf(set)
 	maps.Copy(out, moved.skips)
 	return out
 }
