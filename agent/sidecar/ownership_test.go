@@ -161,6 +161,9 @@ func TestFailoverActiveStaysWhilePaused(t *testing.T) {
 	standbyBefore := len(cols[standby].values())
 
 	c := consumerNamed(t, w.sidecar, "s", active)
+	// The client refills its permits after the application took the first round; a pause
+	// before that refill reached the broker would leave it nothing to send under them.
+	awaitBrokerCredit(t, w, "s", active)
 	setState(t, c, protocol.Paused)
 	mark := w.rec.Mark()
 	second := produceUnbatched(t, producer, topic, "r2", 0, 10)
