@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
@@ -12,7 +11,7 @@ import (
 // backlog report (FlowRequest.ReportBacklog): a (topic, subscription) is watched while some rule
 // needs it. A push answers with the latest values at once and never waits on the admin API.
 type backlogWatches struct {
-	agent *agent.Agent
+	host Host
 
 	mu     sync.Mutex
 	byRule map[string][]watchKey // rule key -> what it needs watched
@@ -20,8 +19,8 @@ type backlogWatches struct {
 
 type watchKey struct{ topic, subscription string }
 
-func newBacklogWatches(a *agent.Agent) *backlogWatches {
-	return &backlogWatches{agent: a, byRule: map[string][]watchKey{}}
+func newBacklogWatches(h Host) *backlogWatches {
+	return &backlogWatches{host: h, byRule: map[string][]watchKey{}}
 }
 
 // set records what a rule needs watched (nil: nothing), starting and stopping watches.
@@ -35,11 +34,11 @@ func (w *backlogWatches) set(rule string, keys []watchKey) {
 		w.byRule[rule] = keys
 	}
 	for _, k := range keys {
-		w.agent.WatchBacklog(k.topic, k.subscription) // a no-op when already watched
+		w.host.WatchBacklog(k.topic, k.subscription) // a no-op when already watched
 	}
 	for _, k := range old {
 		if !slices.Contains(keys, k) && !w.neededLocked(k) {
-			w.agent.StopWatchingBacklog(k.topic, k.subscription)
+			w.host.StopWatchingBacklog(k.topic, k.subscription)
 		}
 	}
 }
@@ -57,14 +56,14 @@ func (w *backlogWatches) neededLocked(k watchKey) bool {
 func (w *backlogWatches) latest(keys []watchKey) []protocol.BacklogStatus {
 	var out []protocol.BacklogStatus
 	for _, k := range keys {
-		out = append(out, w.agent.LatestBacklog(k.topic, k.subscription)...)
+		out = append(out, w.host.LatestBacklog(k.topic, k.subscription)...)
 	}
 	return out
 }
 
 // backlogKeys are the topics whose backlog a rule's report covers: the rule's topic, else every
 // topic its consumers name (a pattern consumer's topics cannot be listed and are left out).
-func backlogKeys(r *rule, consumers []*agent.Consumer) []watchKey {
+func backlogKeys(r *rule, consumers []Consumer) []watchKey {
 	if r.Topic != "" {
 		return []watchKey{{topic: r.Topic, subscription: r.Subscription}}
 	}

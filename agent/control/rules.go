@@ -33,7 +33,7 @@ func newRule(namespace, name string, req protocol.FlowRequest) *rule {
 }
 
 // matches reports whether the rule applies to consumer c.
-func (r *rule) matches(c *agent.Consumer) bool {
+func (r *rule) matches(c Consumer) bool {
 	if c.Subscription() != r.Subscription {
 		return false
 	}
@@ -63,7 +63,7 @@ func (e *errStaleUID) Error() string {
 // cannot come back. A DELETE retires nothing: a pod relabelled away and back gets the same
 // flow again.
 type rules struct {
-	agent       *agent.Agent
+	host        Host
 	log         logr.Logger
 	seekTimeout time.Duration
 
@@ -80,12 +80,12 @@ type rules struct {
 
 type retiredUID struct{ key, uid string }
 
-func newRules(a *agent.Agent, log logr.Logger, seekTimeout time.Duration) *rules {
-	rs := &rules{agent: a, log: log, seekTimeout: seekTimeout, byKey: map[string]*rule{},
+func newRules(h Host, log logr.Logger, seekTimeout time.Duration) *rules {
+	rs := &rules{host: h, log: log, seekTimeout: seekTimeout, byKey: map[string]*rule{},
 		bySub: map[string]map[string]*rule{}, retired: map[retiredUID]bool{}, seeks: newSeekBook()}
 	// A consumer created later (a new subscription, a restarted app component) gets the state
 	// the rules already in force give it, before its first subscribe.
-	a.OnSubscribe(func(c *agent.Consumer) {
+	h.OnSubscribe(func(c Consumer) {
 		state, gen := rs.desired(c)
 		_ = c.SetState(context.Background(), state, gen)
 	})
@@ -163,7 +163,7 @@ func (rs *rules) pruneSeeksLocked() {
 }
 
 // desired computes the most restrictive state of every rule matching c, with a fresh generation.
-func (rs *rules) desired(c *agent.Consumer) (protocol.State, int64) {
+func (rs *rules) desired(c Consumer) (protocol.State, int64) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	state := protocol.Running
@@ -180,7 +180,7 @@ func (rs *rules) desired(c *agent.Consumer) (protocol.State, int64) {
 // newer computation already applied, which is fine.
 func (rs *rules) applyAll(ctx context.Context) error {
 	var errs []error
-	for _, c := range rs.agent.Consumers() {
+	for _, c := range rs.host.Consumers() {
 		state, gen := rs.desired(c)
 		err := c.SetState(ctx, state, gen)
 		var stale *agent.StaleGenerationError
@@ -221,9 +221,9 @@ func (rs *rules) applyInBackground() {
 }
 
 // matched returns the consumers r applies to, in a stable order.
-func (rs *rules) matched(r *rule) []*agent.Consumer {
-	var out []*agent.Consumer
-	for _, c := range rs.agent.Consumers() {
+func (rs *rules) matched(r *rule) []Consumer {
+	var out []Consumer
+	for _, c := range rs.host.Consumers() {
 		if r.matches(c) {
 			out = append(out, c)
 		}
@@ -233,7 +233,7 @@ func (rs *rules) matched(r *rule) []*agent.Consumer {
 }
 
 // conflicts names the other flows matching r's consumers with a different state.
-func (rs *rules) conflicts(r *rule, consumers []*agent.Consumer) string {
+func (rs *rules) conflicts(r *rule, consumers []Consumer) string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var names []string
@@ -257,7 +257,7 @@ func (rs *rules) conflicts(r *rule, consumers []*agent.Consumer) string {
 
 // heldBy returns the other rules matching r's consumers with a more restrictive state than
 // r's, which therefore decide those consumers' state; at most protocol.MaxHeldBy, by key.
-func (rs *rules) heldBy(r *rule, consumers []*agent.Consumer) []protocol.RuleRef {
+func (rs *rules) heldBy(r *rule, consumers []Consumer) []protocol.RuleRef {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var out []protocol.RuleRef
@@ -282,7 +282,7 @@ func (rs *rules) heldBy(r *rule, consumers []*agent.Consumer) []protocol.RuleRef
 // takeSeek handles the seek part of r (see seekBook.take): it drops at once what a finished
 // seek made stale, so that a push which also resumes delivers none of it, and tells what
 // startSeek does once the state is applied.
-func (rs *rules) takeSeek(r *rule, consumers []*agent.Consumer) *seekAction {
+func (rs *rules) takeSeek(r *rule, consumers []Consumer) *seekAction {
 	if r.Seek == nil {
 		return nil
 	}
@@ -296,7 +296,7 @@ func (rs *rules) takeSeek(r *rule, consumers []*agent.Consumer) *seekAction {
 // startSeek starts the seek takeSeek decided to run, and reports the seek. It never waits for
 // the seek: an executor's seek runs in the background under its own deadline, holding no
 // lock of ours, so pushes keep applying states meanwhile.
-func (rs *rules) startSeek(r *rule, action *seekAction, consumers []*agent.Consumer) *protocol.SeekStatus {
+func (rs *rules) startSeek(r *rule, action *seekAction, consumers []Consumer) *protocol.SeekStatus {
 	if action == nil {
 		return nil
 	}
@@ -309,7 +309,7 @@ func (rs *rules) startSeek(r *rule, action *seekAction, consumers []*agent.Consu
 // runSeek executes a seek with the first matched consumer. The pod's other matched consumers
 // drop what they held from before it of the partitions it moved; then the rules are applied again, as
 // pushes that came meanwhile may have given up waiting for the seeking consumer.
-func (rs *rules) runSeek(rec *seekRecord, req protocol.SeekRequest, consumers []*agent.Consumer) {
+func (rs *rules) runSeek(rec *seekRecord, req protocol.SeekRequest, consumers []Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), rs.seekTimeout)
 	status := executeSeek(ctx, &req, consumers[0])
 	cancel()

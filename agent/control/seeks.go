@@ -56,7 +56,7 @@ type heldDrop struct {
 	positions  []protocol.SeekPosition
 }
 
-func (d heldDrop) apply(consumers []*agent.Consumer) {
+func (d heldDrop) apply(consumers []Consumer) {
 	if d.before.IsZero() {
 		return
 	}
@@ -163,7 +163,7 @@ func failed(id, reason, message string) protocol.SeekStatus {
 }
 
 // executeSeek moves the cursors with the first matched consumer, under ctx.
-func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer *agent.Consumer) protocol.SeekStatus {
+func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer Consumer) protocol.SeekStatus {
 	targets := seek.Partitions
 	if seek.Index != nil {
 		targets = []protocol.PartitionIndex{{Partition: -1, Index: *seek.Index}}
@@ -175,6 +175,8 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer *agen
 		status = protocol.SeekStatus{ID: seek.ID, State: protocol.SeekSucceeded}
 	case errors.Is(err, agent.ErrSeekPartial):
 		status = failed(seek.ID, protocol.SeekPartiallyApplied, err.Error())
+	case errors.Is(err, ErrSeekUnsupported):
+		status = failed(seek.ID, "SeekUnsupported", err.Error())
 	case errors.Is(err, agent.ErrIndexMetadataDisabled):
 		status = failed(seek.ID, "IndexMetadataDisabled", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -88,7 +88,7 @@ type Options struct {
 
 // Server applies flow rules pushed by the controller to an agent's consumers.
 type Server struct {
-	agent   *agent.Agent
+	host    Host
 	opts    Options
 	log     logr.Logger
 	token   *tokenSource
@@ -97,9 +97,12 @@ type Server struct {
 	mux     *http.ServeMux
 }
 
-// New returns a control server for a. A token is required: the server changes what the
-// application consumes, so it never runs open.
-func New(a *agent.Agent, opts Options) (*Server, error) {
+// New returns a control server for the agent a. A token is required: the server changes
+// what the application consumes, so it never runs open.
+func New(a *agent.Agent, opts Options) (*Server, error) { return NewForHost(AgentHost(a), opts) }
+
+// NewForHost returns a control server for any Host, such as the protocol sidecar.
+func NewForHost(h Host, opts Options) (*Server, error) {
 	if opts.Token == "" && opts.TokenFile == "" {
 		return nil, errors.New("control: a bearer token is required (Options.TokenFile or Options.Token)")
 	}
@@ -125,8 +128,8 @@ func New(a *agent.Agent, opts Options) (*Server, error) {
 		opts.PreviousTokenGrace = DefaultPreviousTokenGrace
 	}
 	token := &tokenSource{file: opts.TokenFile, fixed: opts.Token, grace: opts.PreviousTokenGrace, now: time.Now}
-	s := &Server{agent: a, opts: opts, log: opts.Logger, token: token,
-		rules: newRules(a, opts.Logger, opts.SeekTimeout), backlog: newBacklogWatches(a), mux: http.NewServeMux()}
+	s := &Server{host: h, opts: opts, log: opts.Logger, token: token,
+		rules: newRules(h, opts.Logger, opts.SeekTimeout), backlog: newBacklogWatches(h), mux: http.NewServeMux()}
 	s.mux.Handle("GET "+protocol.PathPrefix+"/state", s.authenticated(s.getState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	var metrics http.Handler = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
@@ -266,7 +269,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		writeError(w, http.StatusConflict, conflict(err))
 		return
 	}
-	s.agent.MarkSynced()
+	s.host.MarkSynced()
 	consumers := s.rules.matched(rl)
 	seek := s.rules.takeSeek(rl, consumers)
 	s.apply(r.Context(), rl.key)
@@ -276,7 +279,8 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 	}
 	s.backlog.set(rl.key, watched)
 	status := protocol.FlowStatus{
-		Pod:             s.agent.Name(),
+		Pod:             s.host.Name(),
+		Kind:            s.host.Kind(),
 		AppliedRevision: req.Revision,
 		Consumers:       statuses(consumers),
 		Seek:            s.rules.startSeek(rl, seek, consumers),
@@ -285,7 +289,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		Backlog:         s.backlog.latest(watched),
 	}
 	if len(consumers) == 0 {
-		status.OtherConsumers = otherConsumers(s.agent.Consumers())
+		status.OtherConsumers = otherConsumers(s.host.Consumers())
 	}
 	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
 	writeJSON(w, http.StatusOK, status)
@@ -338,12 +342,12 @@ func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request, key string) 
 
 func (s *Server) getState(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, protocol.AgentState{
-		Pod: s.agent.Name(), Flows: s.rules.summary(), Consumers: statuses(s.agent.Consumers()),
+		Pod: s.host.Name(), Kind: s.host.Kind(), Flows: s.rules.summary(), Consumers: statuses(s.host.Consumers()),
 	})
 }
 
 // otherConsumers names the distinct subscriptions and topics of consumers, in order, bounded.
-func otherConsumers(consumers []*agent.Consumer) []protocol.ConsumerRef {
+func otherConsumers(consumers []Consumer) []protocol.ConsumerRef {
 	var refs []protocol.ConsumerRef
 	for _, c := range consumers {
 		st := c.Status()
@@ -355,7 +359,7 @@ func otherConsumers(consumers []*agent.Consumer) []protocol.ConsumerRef {
 	return refs
 }
 
-func statuses(consumers []*agent.Consumer) []protocol.ConsumerStatus {
+func statuses(consumers []Consumer) []protocol.ConsumerStatus {
 	out := make([]protocol.ConsumerStatus, 0, len(consumers))
 	for _, c := range consumers {
 		out = append(out, c.Status())

@@ -14,6 +14,14 @@ const PortName = "subflow"
 // TLSPortName names the container port of an agent that serves HTTPS.
 const TLSPortName = "subflow-https"
 
+// The kinds of pod-side host the control API is served by (FlowStatus.Kind).
+const (
+	// KindAgent is the agent library linked into a Go application.
+	KindAgent = "agent"
+	// KindSidecar is the protocol sidecar next to an application in any language.
+	KindSidecar = "sidecar"
+)
+
 // PathPrefix is the versioned root of every agent endpoint.
 const PathPrefix = "/subflow/v1"
 
@@ -108,6 +116,8 @@ type PartitionIndex struct {
 type FlowStatus struct {
 	// Pod is the name the agent reports for itself (usually the pod name).
 	Pod string `json:"pod"`
+	// Kind is KindAgent or KindSidecar; empty (an older agent) means KindAgent.
+	Kind string `json:"kind,omitempty"`
 	// AppliedRevision is the revision now in force for this flow's UID.
 	AppliedRevision int64 `json:"appliedRevision"`
 	// Consumers lists every consumer the rule matched, with their observed state.
@@ -281,6 +291,7 @@ type SeekPosition struct {
 // AgentState is the body of GET {PathPrefix}/state.
 type AgentState struct {
 	Pod       string           `json:"pod"`
+	Kind      string           `json:"kind,omitempty"`
 	Flows     []FlowSummary    `json:"flows"`
 	Consumers []ConsumerStatus `json:"consumers"`
 }

@@ -1,7 +1,8 @@
 // Command subflow-sidecar runs the subflow agent as a Pulsar protocol proxy next to an
 // application written in any language: the application's service URL points at the
 // sidecar (pulsar://localhost:6650), the sidecar talks to the brokers and gates each
-// consumer's flow permits and messages (docs/sidecar.md).
+// consumer's flow permits and messages (docs/sidecar.md). The controller drives it through
+// the same control API as the agent library, on --control-addr.
 //
 //	subflow-sidecar --broker-url pulsar://pulsar-broker.pulsar:6650
 package main
@@ -12,12 +13,19 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/agent/sidecar"
 )
 
@@ -29,8 +37,12 @@ func main() {
 }
 
 type config struct {
-	opts     sidecar.Options
-	logLevel string
+	opts                 sidecar.Options
+	controlAddr          string
+	tokenFile            string
+	adminURL             string
+	adminCredentialsFile string
+	logLevel             string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -45,6 +57,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.opts.DialTimeout, "dial-timeout", sidecar.DefaultDialTimeout, "how long connecting to a broker may take")
 	fs.BoolVar(&c.opts.StrictPause, "strict-pause", false, "make a pause take back what the client buffered: the client re-subscribes (docs/sidecar.md)")
 	fs.StringVar(&c.opts.Name, "name", os.Getenv("POD_NAME"), "the name the sidecar reports for itself (default $POD_NAME)")
+	fs.StringVar(&c.controlAddr, "control-addr", fmt.Sprintf(":%d", protocol.DefaultPort), "the control API the controller pushes flow rules to (name its container port "+protocol.PortName+")")
+	fs.StringVar(&c.tokenFile, "token-file", "/var/run/subflow/token", "the mounted key of Secret subflow-agent-token; read at every request, so it may appear later")
+	fs.StringVar(&c.adminURL, "admin-url", os.Getenv("PULSAR_ADMIN_URL"), "the Pulsar admin REST root, http(s)://host:port, for backlog reports (default $PULSAR_ADMIN_URL; empty: backlog unknown)")
+	fs.StringVar(&c.adminCredentialsFile, "admin-credentials-file", "", "a file holding the Pulsar token presented to the admin API as a bearer token; read at every call, absent means none")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -54,6 +70,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.opts.BrokerURL == "" {
 		return c, errors.New("--broker-url (or $PULSAR_BROKER_URL) is required")
+	}
+	if c.controlAddr == "" || c.tokenFile == "" {
+		return c, errors.New("--control-addr and --token-file are required: the controller drives the sidecar through them")
 	}
 	if c.opts.Name == "" {
 		c.opts.Name, _ = os.Hostname()
@@ -69,9 +88,10 @@ func newLogger(level string) (logr.Logger, error) {
 	return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// run serves until SIGTERM or SIGINT. Then the listener closes and every connection with it:
-// applications reconnect to the next sidecar process as after a broker restart, and the
-// brokers put back whatever was held for them.
+// run serves until SIGTERM or SIGINT. Then the listeners close and every connection with
+// them: applications reconnect to the next sidecar process as after a broker restart, and the
+// brokers put back whatever was held for them. The data listener opens first, so that the
+// control API's /healthz (the startup probe) answers only once applications can connect.
 func run(args []string) error {
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -86,9 +106,54 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	admin, err := agent.New(agent.Options{Name: cfg.opts.Name, AdminURL: cfg.adminURL,
+		AdminAuth: bearerFromFile(cfg.adminCredentialsFile), Logger: log.WithName("admin")})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	server, err := control.NewForHost(s.ControlHost(admin), control.Options{TokenFile: cfg.tokenFile, Logger: log.WithName("control")})
+	if err != nil {
+		return err
+	}
+	data, err := net.Listen("tcp", cfg.opts.ListenAddr)
+	if err != nil {
+		return err
+	}
+	ctl, err := net.Listen("tcp", cfg.controlAddr)
+	if err != nil {
+		_ = data.Close()
+		return err
+	}
+	log.Info("Serving the control API", "addr", ctl.Addr().String())
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err = s.ListenAndServe(ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.Serve(ctx, data) })
+	g.Go(func() error { return server.Serve(ctx, ctl) })
+	err = g.Wait()
 	log.Info("Stopped")
 	return err
+}
+
+// bearerFromFile presents the token in file to the admin API, read at every call so that a
+// rotated Secret applies at once; a missing or empty file sends no credentials.
+func bearerFromFile(file string) func(*http.Request) error {
+	return func(r *http.Request) error {
+		if file == "" {
+			return nil
+		}
+		b, err := os.ReadFile(file)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("admin credentials: %w", err)
+		}
+		if token := strings.TrimSpace(string(b)); token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return nil
+	}
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
+	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 )
 
@@ -24,6 +28,8 @@ func TestFlags(t *testing.T) {
 	}{
 		{name: "broker required", args: nil, wantErr: "--broker-url"},
 		{name: "plain", args: []string{"--broker-url", "pulsar://b:6650"}},
+		{name: "no token file", args: []string{"--broker-url", "pulsar://b:6650", "--token-file", ""}, wantErr: "--token-file"},
+		{name: "no control address", args: []string{"--broker-url", "pulsar://b:6650", "--control-addr", ""}, wantErr: "--control-addr"},
 		{name: "stray argument", args: []string{"--broker-url", "pulsar://b:6650", "extra"}, wantErr: "unexpected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,15 +67,29 @@ func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.Command(bin, "--broker-url", broker.ServiceURL(), "--listen", addr, "--log-level", "debug")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--broker-url", broker.ServiceURL(), "--listen", addr, "--log-level", "debug",
+		"--control-addr", "127.0.0.1:0", "--token-file", tokenFile)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	lines := bufio.NewScanner(stderr)
+	var control string
 	for lines.Scan() && !strings.Contains(lines.Text(), "Serving Pulsar clients") {
+		var line struct{ Msg, Addr string }
+		if json.Unmarshal(lines.Bytes(), &line) == nil && line.Msg == "Serving the control API" {
+			control = "http://" + line.Addr
+		}
 	}
+	if control == "" {
+		t.Fatal("the sidecar did not say where its control API listens")
+	}
+	checkControlAPI(t, control)
 	go func() {
 		for lines.Scan() {
 		}
@@ -96,5 +116,34 @@ func TestServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+// checkControlAPI: the binary's control API answers the startup probe, refuses a wrong token
+// and reports itself a sidecar to the token its file holds.
+func checkControlAPI(t *testing.T, base string) {
+	t.Helper()
+	get := func(path, token string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	if resp := get("/healthz", ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: HTTP %d", resp.StatusCode)
+	}
+	if resp := get(protocol.PathPrefix+"/state", "wrong"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong token: HTTP %d, want 401", resp.StatusCode)
+	}
+	resp := get(protocol.PathPrefix+"/state", "s3cret")
+	var state protocol.AgentState
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil || resp.StatusCode != http.StatusOK || state.Kind != protocol.KindSidecar {
+		t.Errorf("GET /state: HTTP %d kind %q (%v), want 200 sidecar", resp.StatusCode, state.Kind, err)
 	}
 }

@@ -1,0 +1,211 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/subflow-dev/subflow/agent"
+	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/wirerec"
+)
+
+const controlToken = "sidecar-test-token"
+
+// controlAPI is the agent's control server in front of a world's sidecar, reached as the
+// controller reaches a pod: HTTP with the bearer token.
+type controlAPI struct{ url string }
+
+func startControl(t *testing.T, w *world) *controlAPI {
+	t.Helper()
+	admin, err := agent.New(agent.Options{Name: w.sidecar.Name(), AdminURL: w.admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	srv, err := control.NewForHost(w.sidecar.ControlHost(admin),
+		control.Options{Token: controlToken, Logger: testr.NewWithOptions(t, testr.Options{Verbosity: 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("control server: %v", err)
+		}
+	})
+	return &controlAPI{url: "http://" + ln.Addr().String() + protocol.PathPrefix}
+}
+
+// do sends a request and decodes a 200 answer into out; it returns the status code.
+func (api *controlAPI) do(t *testing.T, method, path, token string, body, out any) int {
+	t.Helper()
+	var buf bytes.Buffer
+	if body != nil {
+		if err := json.NewEncoder(&buf).Encode(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(method, api.url+path, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode == http.StatusOK && out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// push PUTs a flow rule as the controller does and returns the pod's answer.
+func (api *controlAPI) push(t *testing.T, flow string, req protocol.FlowRequest) protocol.FlowStatus {
+	t.Helper()
+	var st protocol.FlowStatus
+	if code := api.do(t, http.MethodPut, "/flows/ns/"+flow, controlToken, req, &st); code != http.StatusOK {
+		t.Fatalf("PUT flow %s: HTTP %d", flow, code)
+	}
+	return st
+}
+
+func consumerStates(st protocol.FlowStatus) []protocol.State {
+	var out []protocol.State
+	for _, c := range st.Consumers {
+		out = append(out, c.State)
+	}
+	return out
+}
+
+// The controller drives a sidecar pod through the agent's control API, unchanged, for each
+// client: a wrong token changes nothing; a pushed Paused rule pauses the application's
+// consumer (no FLOW reaches the broker, nothing produced meanwhile reaches the application)
+// and the answer names the pod a sidecar with its consumer Paused; a rule naming a
+// subscription nobody consumes matches nothing and names what the pod does consume; Stopped
+// closes the consumer on the broker; Running delivers everything.
+func TestControlAPIDrivesTheSidecar(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		w := newWorld(t, Options{Name: "pod-" + lang})
+		api := startControl(t, w)
+		topic, name := uniqueTopic(t), "app-"+lang
+		producer := newClient(t, w.url)
+		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Exclusive", queue: 10})
+		before := produceUnbatched(t, producer, topic, "m", 0, 20)
+		eventually(t, "the application to receive the first 20", func() bool { return len(missing(before, app.messages())) == 0 })
+
+		rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", Topic: topic, State: protocol.Paused}
+		if code := api.do(t, http.MethodPut, "/flows/ns/orders", "wrong", rule, nil); code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token got HTTP %d, want 401", code)
+		}
+		c := consumerNamed(t, w.sidecar, "s", name)
+		if st := c.Status().State; st != protocol.Running {
+			t.Fatalf("after a refused push the consumer is %s, want Running", st)
+		}
+
+		awaitBrokerCredit(t, w, "s", name)
+		st := api.push(t, "orders", rule)
+		mark := w.rec.Mark()
+		if st.Kind != protocol.KindSidecar || st.Pod != "pod-"+lang || !slices.Equal(consumerStates(st), []protocol.State{protocol.Paused}) {
+			t.Fatalf("the answer to Paused is kind %q pod %q consumers %v, want sidecar pod-%s [Paused]", st.Kind, st.Pod, consumerStates(st), lang)
+		}
+		during := produceUnbatched(t, producer, topic, "m", 20, 40)
+		eventually(t, "messages sent under earlier permits to be held", func() bool { return c.Counts().Held > 0 })
+		onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
+		if permits := w.rec.Permits(onWire); permits != 0 {
+			t.Errorf("%d permits reached the broker after the pod answered Paused", permits)
+		}
+		if leaked := common(during, app.messages()); len(leaked) > 0 {
+			t.Errorf("messages produced during the pause reached the application: %v", leaked)
+		}
+
+		typo := api.push(t, "typo", protocol.FlowRequest{UID: "uid-2", Revision: 1, Subscription: "s-typo", State: protocol.Paused})
+		if len(typo.Consumers) != 0 || !slices.Contains(typo.OtherConsumers, protocol.ConsumerRef{Subscription: "s", Topic: topic}) {
+			t.Errorf("a rule for a subscription nobody consumes answered consumers %v, others %v", typo.Consumers, typo.OtherConsumers)
+		}
+		var state protocol.AgentState
+		if code := api.do(t, http.MethodGet, "/state", controlToken, nil, &state); code != http.StatusOK || state.Kind != protocol.KindSidecar || len(state.Flows) != 2 {
+			t.Errorf("GET /state: HTTP %d kind %q flows %d, want 200 sidecar 2", code, state.Kind, len(state.Flows))
+		}
+
+		rule.Revision, rule.State = 2, protocol.Stopped
+		if st := api.push(t, "orders", rule); !slices.Equal(consumerStates(st), []protocol.State{protocol.Stopped}) {
+			t.Fatalf("the answer to Stopped has consumers %v", consumerStates(st))
+		}
+		if closes := w.rec.Events(onWire, pb.BaseCommand_CLOSE_CONSUMER); len(closes) == 0 {
+			t.Error("Stopped did not close the consumer on the broker")
+		}
+
+		rule.Revision, rule.State = 3, protocol.Running
+		if st := api.push(t, "orders", rule); !slices.Equal(consumerStates(st), []protocol.State{protocol.Running}) {
+			t.Fatalf("the answer to Running has consumers %v", consumerStates(st))
+		}
+		all := append(before, during...)
+		eventually(t, "the application to receive all 40 after Running", func() bool { return len(missing(all, app.messages())) == 0 })
+	})
+}
+
+// A seek the controller asks a sidecar pod to execute fails with reason SeekUnsupported and
+// moves nothing: resumed, the application gets no message twice.
+func TestSeekExecutedBySidecarIsRefused(t *testing.T) {
+	w := newWorld(t, Options{Name: "pod-1"})
+	api := startControl(t, w)
+	topic := uniqueTopic(t)
+	producer := newClient(t, w.url)
+	app := startPeer(t, "go", w.url, peerOptions{topic: topic, subscription: "s", name: "app", subType: "Exclusive"})
+	sent := produceUnbatched(t, producer, topic, "m", 0, 10)
+	eventually(t, "the application to receive 10", func() bool { return len(missing(sent, app.messages())) == 0 })
+
+	index := int64(0)
+	rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", State: protocol.Running,
+		Seek: &protocol.SeekRequest{ID: "seek-1", Index: &index, Execute: true}}
+	api.push(t, "orders", rule)
+	var seek *protocol.SeekStatus
+	eventually(t, "the seek to finish", func() bool {
+		seek = api.push(t, "orders", rule).Seek
+		return seek != nil && seek.State != protocol.SeekRunning
+	})
+	if seek.State != protocol.SeekFailed || seek.Reason != "SeekUnsupported" || len(seek.Positions) != 0 {
+		t.Fatalf("the sidecar's seek reported %+v, want Failed SeekUnsupported with no positions", *seek)
+	}
+	more := produceUnbatched(t, producer, topic, "m", 10, 20)
+	eventually(t, "the application to receive the next 10", func() bool { return len(missing(more, app.messages())) == 0 })
+	if got := app.count(); got != 20 {
+		t.Errorf("the application received %d messages, want 20 (none replayed)", got)
+	}
+}
+
+func TestPartitionOf(t *testing.T) {
+	for topic, want := range map[string]int32{
+		"persistent://public/default/t":                         -1,
+		"persistent://public/default/t-partition-3":             3,
+		"persistent://public/default/t-partition-x":             -1,
+		"persistent://public/default/a-partition-1-partition-2": 2,
+	} {
+		if got := partitionOf(topic); got != want {
+			t.Errorf("partitionOf(%q) = %d, want %d", topic, got, want)
+		}
+	}
+}
