@@ -356,21 +356,34 @@ func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []corev1.Pod) string {
 	return ""
 }
 
-// startSeekIfPending chooses an executor for a pending seek - the first pod, by name, whose
-// agent reported a consumer of the flow - and pushes the request with execute set to it.
+// startSeekIfPending chooses an executor for a pending seek (seekExecutor) and pushes the
+// request with execute set to it.
 func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flow *subflowv1.SubscriptionFlow,
 	pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, obs *observation) {
 	if flow.Spec.Seek == nil || seekFinished(flow) || obs.Executor != "" {
 		return
 	}
-	for i, o := range obs.Outcomes {
-		if o.Status == nil || len(o.Status.Consumers) == 0 {
-			continue
-		}
-		obs.Executor = o.Pod
+	if i := seekExecutor(obs.Outcomes); i >= 0 {
+		obs.Executor = obs.Outcomes[i].Pod
 		obs.Outcomes[i] = r.pushOne(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
-		return
 	}
+}
+
+// seekExecutor picks the pod that executes a seek: the first, by name, that reported a
+// consumer of the flow, an agent before a sidecar (a sidecar cannot execute one yet and
+// would fail it with SeekUnsupported); -1 when none did.
+func seekExecutor(outcomes []podOutcome) int {
+	sidecar := -1
+	for i, o := range outcomes {
+		switch {
+		case o.Status == nil || len(o.Status.Consumers) == 0:
+		case o.Status.Kind != protocol.KindSidecar:
+			return i
+		case sidecar < 0:
+			sidecar = i
+		}
+	}
+	return sidecar
 }
 
 // orphanedRules returns the UIDs of the rules holding consumers whose flow no longer exists

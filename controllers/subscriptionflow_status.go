@@ -177,6 +177,14 @@ func stalledStatus(flow *subflowv1.SubscriptionFlow, reason, message string, now
 	return st
 }
 
+// hostKind is what serves a pod's control API; agents older than the sidecar do not say.
+func hostKind(kind string) string {
+	if kind == protocol.KindSidecar {
+		return kind
+	}
+	return protocol.KindAgent
+}
+
 func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCounts, []subflowv1.AgentStatus) {
 	var pods subflowv1.PodCounts
 	var consumers subflowv1.ConsumerCounts
@@ -191,6 +199,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 			continue
 		}
 		pods.Synced++
+		agent.Kind = hostKind(o.Status.Kind)
 		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
 		agent.Message = clip(o.Status.Conflict, maxAgentText)

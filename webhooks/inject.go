@@ -45,6 +45,7 @@ const (
 	ReasonNamespaceConfig    = "NamespaceConfigUnreadable"
 	ReasonInvalidBrokerURL   = "InvalidBrokerURL"
 	ReasonInvalidAdminSecret = "InvalidAdminSecret"
+	ReasonInvalidAdminURL    = "InvalidAdminURL"
 )
 
 // What injection adds. The token paths are the ones README's hand wiring uses.
@@ -79,6 +80,7 @@ type wiring struct {
 	port         int32
 	sidecarImage string
 	brokerURL    string
+	adminURL     string
 	adminSecret  string
 }
 
@@ -296,7 +298,7 @@ func ensureSidecar(pod *corev1.Pod, want corev1.Container, port int32) *skip {
 // sidecar is the native sidecar container; ensureSidecar names its control port.
 func sidecar(w wiring) corev1.Container {
 	port := strconv.Itoa(int(w.port))
-	return corev1.Container{
+	c := corev1.Container{
 		Name:          SidecarName,
 		Image:         w.sidecarImage,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
@@ -324,4 +326,8 @@ func sidecar(w wiring) corev1.Container {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+	if w.adminURL != "" {
+		c.Args = append(c.Args, "--admin-url="+w.adminURL)
+	}
+	return c
 }

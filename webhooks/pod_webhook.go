@@ -20,6 +20,9 @@ const (
 	ConfigMapName = "subflow"
 	// BrokerURLKey holds the broker the sidecar connects to (pulsar:// or pulsar+ssl://).
 	BrokerURLKey = "brokerServiceURL"
+	// AdminURLKey optionally holds the Pulsar admin REST root (http:// or https://) the sidecar
+	// reads backlogs from; without it the sidecar reports them unknown.
+	AdminURLKey = "adminServiceURL"
 	// AdminSecretKey optionally names the Secret with the admin-API credentials (key credentials).
 	AdminSecretKey = "adminCredentialsSecret"
 	// DefaultAdminSecret is the Secret the sidecar's admin credentials come from by default.
@@ -105,6 +108,10 @@ func (p *PodInjector) sidecarConfig(ctx context.Context, namespace string, w *wi
 	}
 	if u, err := url.Parse(w.brokerURL); err != nil || (u.Scheme != "pulsar" && u.Scheme != "pulsar+ssl") || u.Host == "" {
 		return skipped(ReasonInvalidBrokerURL, "ConfigMap %s key %s=%q is not a broker URL: want pulsar://host:6650 or pulsar+ssl://host:6651", ConfigMapName, BrokerURLKey, w.brokerURL)
+	}
+	w.adminURL = cm.Data[AdminURLKey]
+	if u, err := url.Parse(w.adminURL); w.adminURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return skipped(ReasonInvalidAdminURL, "ConfigMap %s key %s=%q is not an admin URL: want http://host:8080 or https://host:8443", ConfigMapName, AdminURLKey, w.adminURL)
 	}
 	w.adminSecret = cm.Data[AdminSecretKey]
 	if w.adminSecret == "" {

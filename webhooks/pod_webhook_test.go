@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -181,10 +182,14 @@ func TestSidecarModeAddsANativeSidecar(t *testing.T) {
 
 func TestSidecarModeAdminSecretFromTheNamespace(t *testing.T) {
 	ns := namespace(t, k8s)
-	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: "pulsar+ssl://pulsar:6651", webhooks.AdminSecretKey: "pulsar-admin"})
+	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: "pulsar+ssl://pulsar:6651", webhooks.AdminSecretKey: "pulsar-admin",
+		webhooks.AdminURLKey: "https://pulsar:8443"})
 	stored := create(t, k8s, appPod(ns, inject("sidecar"), nil))
 	if got := volume(stored, "subflow-admin-credentials"); got == nil || got.Secret.SecretName != "pulsar-admin" {
 		t.Fatalf("admin volume = %+v, want Secret pulsar-admin", got)
+	}
+	if args := stored.Spec.InitContainers[0].Args; !slices.Contains(args, "--admin-url=https://pulsar:8443") {
+		t.Errorf("sidecar args = %q, want --admin-url=https://pulsar:8443 from the ConfigMap", args)
 	}
 }
 
@@ -274,6 +279,8 @@ func TestPodAdmittedWithTheReason(t *testing.T) {
 	noConfig := namespace(t, k8s)
 	badURL := namespace(t, k8s)
 	brokerConfig(t, badURL, map[string]string{webhooks.BrokerURLKey: "http://pulsar:8080"})
+	badAdmin := namespace(t, k8s)
+	brokerConfig(t, badAdmin, map[string]string{webhooks.BrokerURLKey: "pulsar://pulsar:6650", webhooks.AdminURLKey: "pulsar:8080"})
 	cases := []struct {
 		name, ns    string
 		labels      map[string]string
@@ -290,6 +297,8 @@ func TestPodAdmittedWithTheReason(t *testing.T) {
 			"NoBrokerURL: sidecar mode needs the broker URL: there is no ConfigMap subflow in namespace " + noConfig},
 		{"sidecar with a URL that is no broker's", badURL, inject("sidecar"), nil,
 			`InvalidBrokerURL: ConfigMap subflow key brokerServiceURL="http://pulsar:8080" is not a broker URL`},
+		{"sidecar with an admin URL that is no URL", badAdmin, inject("sidecar"), nil,
+			`InvalidAdminURL: ConfigMap subflow key adminServiceURL="pulsar:8080" is not an admin URL`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

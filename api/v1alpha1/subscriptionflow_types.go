@@ -323,6 +323,11 @@ type ConsumerCounts struct {
 type AgentStatus struct {
 	// pod name.
 	Pod string `json:"pod"`
+	// kind of what serves the pod's control API: agent (the library linked into a Go
+	// application) or sidecar (the protocol sidecar); empty until the pod answered.
+	// +optional
+	// +kubebuilder:validation:Enum=agent;sidecar
+	Kind string `json:"kind,omitempty"`
 	// state: the agent's consumers' common state, Mixed, or Unreachable.
 	// +optional
 	State string `json:"state,omitempty"`

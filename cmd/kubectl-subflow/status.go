@@ -193,13 +193,13 @@ func printAgents(out io.Writer, agents []subflowv1.AgentStatus, now time.Time) e
 		return nil
 	}
 	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  POD\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
+	fmt.Fprintln(w, "  POD\tKIND\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
 	for _, a := range agents {
 		lastSync := "<never>"
 		if a.LastSyncTime != nil {
 			lastSync = age(*a.LastSyncTime, now) + " ago"
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.Kind, "-"), orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
 	}
 	return w.Flush()
 }

@@ -32,7 +32,7 @@ func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
 			Consumers:          subflowv1.ConsumerCounts{Total: 2, Paused: 2, Halted: "2/2"},
 			Agents: []subflowv1.AgentStatus{
 				{Pod: "orders-1", State: "Unreachable", Message: "dial tcp 10.0.0.7:9470: connect: connection refused\x1b[2J"},
-				{Pod: "orders-0", State: "Paused", Consumers: 2, HeldMessages: 17, LastSyncTime: &synced},
+				{Pod: "orders-0", Kind: "sidecar", State: "Paused", Consumers: 2, HeldMessages: 17, LastSyncTime: &synced},
 			},
 			Seek: &subflowv1.SeekStatus{ID: "replay-1", Executor: "orders-0", CompletionTime: &synced,
 				Positions: []subflowv1.SeekPosition{{Partition: -1, Index: 120034, MessageID: "12:5:-1:-1"}}},
@@ -67,7 +67,7 @@ func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
 	// Conditions in the fixed order Ready, Paused, ..., SeekCompleted; pods as reported.
 	for _, row := range []string{
 		`(?m)^Conditions:\n  TYPE +STATUS +REASON +AGE +MESSAGE\n  Ready +False +AgentsUnreachable +5m\S* +1 agent did not answer: orders-1\n  Paused +True +ConsumersPaused +5m\S* .*\n  SeekCompleted +True +SeekSucceeded +5m\S* .*\n`,
-		`(?m)^Agents:\n  POD +STATE +CONSUMERS +HELD +LAST SYNC +MESSAGE\n  orders-1 +Unreachable +0 +0 +<never> +dial tcp 10.0.0.7:9470: connect: connection refused \[2J\n  orders-0 +Paused +2 +17 +\d+s ago *\n`,
+		`(?m)^Agents:\n  POD +KIND +STATE +CONSUMERS +HELD +LAST SYNC +MESSAGE\n  orders-1 +- +Unreachable +0 +0 +<never> +dial tcp 10.0.0.7:9470: connect: connection refused \[2J\n  orders-0 +sidecar +Paused +2 +17 +\d+s ago *\n`,
 	} {
 		if !regexp.MustCompile(row).MatchString(out) {
 			t.Errorf("status does not match %s:\n%s", row, out)
