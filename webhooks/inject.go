@@ -297,19 +297,12 @@ func ensureSidecar(pod *corev1.Pod, want corev1.Container, port int32) *skip {
 
 // sidecar is the native sidecar container; ensureSidecar names its control port.
 func sidecar(w wiring) corev1.Container {
-	port := strconv.Itoa(int(w.port))
-	c := corev1.Container{
+	return corev1.Container{
 		Name:          SidecarName,
 		Image:         w.sidecarImage,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Args: []string{
-			"--broker-url=" + w.brokerURL,
-			"--listen=" + SidecarListen,
-			"--control-addr=:" + port,
-			"--token-file=" + TokenDir + "/" + TokenKey,
-			"--admin-credentials-file=" + AdminDir + "/" + AdminKey,
-		},
-		Env: []corev1.EnvVar{podNameEnv()},
+		Args:          SidecarArgs(w.brokerURL, w.adminURL, w.port),
+		Env:           []corev1.EnvVar{podNameEnv()},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
 			{Name: AdminVolume, MountPath: AdminDir, ReadOnly: true},
@@ -326,8 +319,20 @@ func sidecar(w wiring) corev1.Container {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
-	if w.adminURL != "" {
-		c.Args = append(c.Args, "--admin-url="+w.adminURL)
+}
+
+// SidecarArgs are the injected sidecar's arguments: the namespace's broker (and admin URL,
+// when it names one), the loopback data listener, the control port and the mounted files.
+func SidecarArgs(brokerURL, adminURL string, port int32) []string {
+	args := []string{
+		"--broker-url=" + brokerURL,
+		"--listen=" + SidecarListen,
+		"--control-addr=:" + strconv.Itoa(int(port)),
+		"--token-file=" + TokenDir + "/" + TokenKey,
+		"--admin-credentials-file=" + AdminDir + "/" + AdminKey,
 	}
-	return c
+	if adminURL != "" {
+		args = append(args, "--admin-url="+adminURL)
+	}
+	return args
 }

@@ -29,12 +29,14 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/webhooks"
 )
 
-// The controller pauses and resumes a pod whose consumer goes through the sidecar binary,
-// with nothing sidecar-specific on its side: the flow's status names the pod a sidecar, a
-// pause holds in the sidecar what the broker sends (status shows it held) and hands the
-// application none of it, and a resume delivers everything.
+// The controller pauses and resumes a pod whose consumer goes through the sidecar binary, run
+// with the arguments the webhook injects, with nothing sidecar-specific on the controller's
+// side: the flow's status names the pod a sidecar, a pause holds in the sidecar what the
+// broker sends (status shows it held, and the backlog the sidecar read through the admin
+// API) and hands the application none of it, and a resume delivers everything.
 func TestControllerDrivesASidecarPod(t *testing.T) {
 	k8s := startController(t)
 	broker := pulsartest.Start(t)
@@ -56,10 +58,14 @@ func TestControllerDrivesASidecarPod(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	mountToken(t, k8s, ns.Name, tokenFile)
 
+	// The arguments the webhook injects, and then what the kubelet and the pod's network
+	// would make of them here: a free port per listener and the token mounted elsewhere.
 	controlPort := freePort(t)
 	dataAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	startSidecarBinary(t, "--broker-url", broker.ServiceURL(), "--listen", dataAddr, "--name", "orders-0",
-		"--control-addr", fmt.Sprintf("127.0.0.1:%d", controlPort), "--token-file", tokenFile)
+	args := append(webhooks.SidecarArgs(broker.ServiceURL(), broker.AdminURL(), int32(controlPort)),
+		"--listen="+dataAddr, fmt.Sprintf("--control-addr=127.0.0.1:%d", controlPort), "--token-file="+tokenFile,
+		"--name=orders-0", "--backlog-refresh=200ms")
+	startSidecarBinary(t, args...)
 	createRunningPod(t, k8s, ns.Name, "orders-0", controlPort)
 
 	app := consumeThrough(t, "pulsar://"+dataAddr, topic)
@@ -79,7 +85,14 @@ func TestControllerDrivesASidecarPod(t *testing.T) {
 		if len(f.Status.Agents) == 1 && f.Status.Agents[0].HeldMessages == 10 {
 			return true
 		}
-		patch(t, k8s, flow, fmt.Sprintf(`{"metadata":{"annotations":{"test.subflow.dev/poke":"%d"}}}`, time.Now().UnixNano()))
+		poke(t, k8s, flow)
+		return false
+	})
+	waitFlow(t, k8s, flow, "the sidecar to report the backlog of 10", func(f *subflowv1.SubscriptionFlow) bool {
+		if b := f.Status.Backlog; b != nil && b.Reporter == "orders-0" && b.Messages == 10 && b.Message == "" {
+			return true
+		}
+		poke(t, k8s, flow)
 		return false
 	})
 	if leaked := app.got(during); len(leaked) > 0 {
@@ -317,6 +330,12 @@ func patch(t *testing.T, k8s client.Client, flow *subflowv1.SubscriptionFlow, bo
 	if err := k8s.Patch(context.Background(), flow, client.RawPatch("application/merge-patch+json", []byte(body))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// poke makes the controller reconcile now: status figures come with pushes.
+func poke(t *testing.T, k8s client.Client, flow *subflowv1.SubscriptionFlow) {
+	t.Helper()
+	patch(t, k8s, flow, fmt.Sprintf(`{"metadata":{"annotations":{"test.subflow.dev/poke":"%d"}}}`, time.Now().UnixNano()))
 }
 
 func waitFlow(t *testing.T, k8s client.Client, flow *subflowv1.SubscriptionFlow, what string, cond func(*subflowv1.SubscriptionFlow) bool) {

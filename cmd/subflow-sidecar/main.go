@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
@@ -42,6 +43,7 @@ type config struct {
 	tokenFile            string
 	adminURL             string
 	adminCredentialsFile string
+	backlogRefresh       time.Duration
 	logLevel             string
 }
 
@@ -61,6 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.tokenFile, "token-file", "/var/run/subflow/token", "the mounted key of Secret subflow-agent-token; read at every request, so it may appear later")
 	fs.StringVar(&c.adminURL, "admin-url", os.Getenv("PULSAR_ADMIN_URL"), "the Pulsar admin REST root, http(s)://host:port, for backlog reports (default $PULSAR_ADMIN_URL; empty: backlog unknown)")
 	fs.StringVar(&c.adminCredentialsFile, "admin-credentials-file", "", "a file holding the Pulsar token presented to the admin API as a bearer token; read at every call, absent means none")
+	fs.DurationVar(&c.backlogRefresh, "backlog-refresh", agent.DefaultBacklogRefresh, "how often a backlog the controller asks for is read again through --admin-url")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -107,7 +110,7 @@ func run(args []string) error {
 		return err
 	}
 	admin, err := agent.New(agent.Options{Name: cfg.opts.Name, AdminURL: cfg.adminURL,
-		AdminAuth: bearerFromFile(cfg.adminCredentialsFile), Logger: log.WithName("admin")})
+		AdminAuth: bearerFromFile(cfg.adminCredentialsFile), BacklogRefresh: cfg.backlogRefresh, Logger: log.WithName("admin")})
 	if err != nil {
 		return err
 	}
