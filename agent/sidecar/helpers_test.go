@@ -95,7 +95,7 @@ func startSidecar(t *testing.T, o Options) (*Sidecar, string) {
 
 var topicSeq atomic.Int64
 
-func uniqueTopic(t *testing.T) string {
+func uniqueTopic(t testing.TB) string {
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(strings.ToLower(t.Name()))
 	return fmt.Sprintf("persistent://public/default/%s-%d-%d", name, time.Now().UnixNano(), topicSeq.Add(1))
 }
@@ -116,7 +116,7 @@ func (w *world) createPartitioned(t *testing.T, topic string, partitions int) {
 	}
 }
 
-func newClient(t *testing.T, url string) pulsar.Client {
+func newClient(t testing.TB, url string) pulsar.Client {
 	t.Helper()
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 30 * time.Second,
 		ConnectionTimeout: 10 * time.Second, Logger: log.DefaultNopLogger()})
@@ -127,7 +127,7 @@ func newClient(t *testing.T, url string) pulsar.Client {
 	return c
 }
 
-func subscribe(t *testing.T, c pulsar.Client, opts pulsar.ConsumerOptions) pulsar.Consumer {
+func subscribe(t testing.TB, c pulsar.Client, opts pulsar.ConsumerOptions) pulsar.Consumer {
 	t.Helper()
 	if opts.SubscriptionInitialPosition == pulsar.SubscriptionPositionLatest {
 		opts.SubscriptionInitialPosition = pulsar.SubscriptionPositionEarliest
@@ -142,7 +142,7 @@ func subscribe(t *testing.T, c pulsar.Client, opts pulsar.ConsumerOptions) pulsa
 
 // produce sends "<prefix>-<i>" for i in [from, to) and waits for every receipt; SendAsync
 // lets a batching producer group them.
-func produce(t *testing.T, c pulsar.Client, topic, prefix string, from, to int) []string {
+func produce(t testing.TB, c pulsar.Client, topic, prefix string, from, to int) []string {
 	t.Helper()
 	return produceWith(t, c, pulsar.ProducerOptions{Topic: topic}, prefix, from, to)
 }
@@ -154,7 +154,7 @@ func produceUnbatched(t *testing.T, c pulsar.Client, topic, prefix string, from,
 	return produceWith(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true}, prefix, from, to)
 }
 
-func produceWith(t *testing.T, c pulsar.Client, opts pulsar.ProducerOptions, prefix string, from, to int) []string {
+func produceWith(t testing.TB, c pulsar.Client, opts pulsar.ProducerOptions, prefix string, from, to int) []string {
 	t.Helper()
 	topic := opts.Topic
 	p, err := c.CreateProducer(opts)

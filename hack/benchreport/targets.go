@@ -55,6 +55,11 @@ var targets = []Target{
 	{Text: "Fleet, one hanging pod per flow: 1 x 10 000, the others' p99 / without it", Benchmark: `^BenchmarkFleetPause/flows=1,pods=10000,hanging=1$`, Over: `^BenchmarkFleetPause/flows=1,pods=10000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1.2},
 	{Text: "Fleet, one hanging pod shared by the 1000 flows: full resync / without it", Benchmark: `^BenchmarkFleetResync/flows=1000,pods=10,hanging=1$`, Over: `^BenchmarkFleetResync/flows=1000,pods=10$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1.2},
 	{Text: "Fleet, one hanging pod per flow: absolute figures (context; the ratio rows above judge them)", Benchmark: `^BenchmarkFleet\w+/.*hanging=1$`, Unit: "all-p99-ms"},
+	// The protocol sidecar (issue 24): its binary in front of the broker, pulsar-client-go.
+	{Text: "Sidecar: sidecar / direct consume throughput, pulsar-client-go, median of interleaved rounds", Benchmark: `^BenchmarkSidecarThroughput$`, Unit: "sidecar/direct", Cmp: ">=", Threshold: 0.9},
+	{Text: "Sidecar: peak RSS of the sidecar process at that rate (context)", Benchmark: `^BenchmarkSidecarThroughput$`, Unit: "sidecar-hwm-MiB"},
+	{Text: "Sidecar: added latency from send to the application's Receive, p50 (context)", Benchmark: `^BenchmarkSidecarLatency$`, Unit: "added-p50-\u00b5s"},
+	{Text: "Sidecar: added latency from send to the application's Receive, p99 (context)", Benchmark: `^BenchmarkSidecarLatency$`, Unit: "added-p99-\u00b5s"},
 	{Text: "Release: a relabelled pod's agent released, p99 <= 1 s", Benchmark: `^BenchmarkReleaseAfterRelabel$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "New matched pod reached by the controller, p99 (context)", Benchmark: `^BenchmarkNewPodReached$`, Unit: "p99-ms"},
 	{Text: "Schedule math: worst accepted spec per evaluation, p99 <= 5 ms", Benchmark: `^BenchmarkWorstAcceptedSchedule$`, Unit: "p99-ms", Cmp: "<=", Threshold: 5},

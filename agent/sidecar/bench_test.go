@@ -1,0 +1,210 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/pulsartest"
+)
+
+// benchEnv is a broker (the real Pulsar at PULSAR_URL, else pulsartest) with the sidecar
+// binary in front of it, as a pod runs it: consumers reach the broker directly or through
+// the sidecar, side by side in the same run.
+type benchEnv struct {
+	direct, sidecar string // service URLs
+	pid             int    // the sidecar's process
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	e := &benchEnv{direct: os.Getenv("PULSAR_URL")}
+	if e.direct == "" {
+		e.direct = pulsartest.Start(b).ServiceURL()
+	}
+	bin := filepath.Join(b.TempDir(), "subflow-sidecar")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/subflow-sidecar")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the sidecar: %v: %s", err, out)
+	}
+	token := filepath.Join(b.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("bench"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	listen := freeLoopback(b)
+	cmd := exec.Command(bin, "--broker-url", e.direct, "--listen", listen, "--control-addr", "127.0.0.1:0", "--token-file", token)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() && !strings.Contains(lines.Text(), "Serving Pulsar clients") {
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	e.sidecar, e.pid = "pulsar://"+listen, cmd.Process.Pid
+	return e
+}
+
+func freeLoopback(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
+
+// memoryMiB reads a VmHWM or VmRSS line of a process, in MiB.
+func memoryMiB(tb testing.TB, pid int, field string) float64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	tb.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// BenchmarkSidecarThroughput consumes the same backlog directly and through the sidecar, in
+// interleaved rounds that rotate who goes first, with pulsar-client-go. sidecar/direct is the
+// median over rounds of the throughput ratio; the sidecar's peak memory is read at the end.
+func BenchmarkSidecarThroughput(b *testing.B) {
+	const perRound = 10_000
+	e := newBenchEnv(b)
+	producer := newClient(b, e.direct)
+	clients := [2]pulsar.Client{newClient(b, e.direct), newClient(b, e.sidecar)}
+	var ratios []float64
+	var took [2]time.Duration
+	rounds := max(b.N, 20)
+	b.ResetTimer()
+	for round := range rounds {
+		b.StopTimer()
+		var consumers [2]pulsar.Consumer
+		for i, c := range clients {
+			topic := uniqueTopic(b)
+			produce(b, producer, topic, "m", 0, perRound)
+			consumers[i] = subscribe(b, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "bench"})
+		}
+		b.StartTimer()
+		var this [2]time.Duration
+		for j := range 2 {
+			i := (round + j) % 2
+			this[i] = consumeN(b, consumers[i], perRound)
+			took[i] += this[i]
+		}
+		b.StopTimer()
+		ratios = append(ratios, this[0].Seconds()/this[1].Seconds())
+		for _, c := range consumers {
+			c.Close()
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(median(ratios), "sidecar/direct")
+	b.ReportMetric(float64(perRound*rounds)/took[1].Seconds(), "sidecar-msgs/s")
+	b.ReportMetric(float64(perRound*rounds)/took[0].Seconds(), "direct-msgs/s")
+	b.ReportMetric(memoryMiB(b, e.pid, "VmHWM"), "sidecar-hwm-MiB")
+	b.ReportMetric(float64(rounds), "rounds")
+}
+
+func consumeN(b *testing.B, c pulsar.Consumer, n int) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	start := time.Now()
+	for range n {
+		m, err := c.Receive(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.AckID(m.ID())
+	}
+	return time.Since(start)
+}
+
+// BenchmarkSidecarLatency sends one message at a time and times it from the send to the
+// application's Receive, alternating a consumer that reads directly and one that reads through
+// the sidecar; the producer always writes directly. added-p50/p99 are the sidecar's
+// percentiles minus the direct ones.
+func BenchmarkSidecarLatency(b *testing.B) {
+	e := newBenchEnv(b)
+	samples := max(b.N, 1000)
+	producer := newClient(b, e.direct)
+	var paths [2]struct {
+		p   pulsar.Producer
+		c   pulsar.Consumer
+		lat []time.Duration
+	}
+	for i, url := range []string{e.direct, e.sidecar} {
+		topic := uniqueTopic(b)
+		paths[i].c = subscribe(b, newClient(b, url), pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "bench"})
+		p, err := producer.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		paths[i].p = p
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for k := range 2 * samples {
+		path := &paths[k%2]
+		start := time.Now()
+		if _, err := path.p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("x")}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := path.c.Receive(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		path.lat = append(path.lat, time.Since(start))
+		path.c.AckID(m.ID())
+	}
+	b.StopTimer()
+	for i, name := range []string{"direct", "sidecar"} {
+		slices.Sort(paths[i].lat)
+		b.ReportMetric(micros(percentile(paths[i].lat, 0.50)), name+"-p50-µs")
+		b.ReportMetric(micros(percentile(paths[i].lat, 0.99)), name+"-p99-µs")
+	}
+	b.ReportMetric(micros(percentile(paths[1].lat, 0.50)-percentile(paths[0].lat, 0.50)), "added-p50-µs")
+	b.ReportMetric(micros(percentile(paths[1].lat, 0.99)-percentile(paths[0].lat, 0.99)), "added-p99-µs")
+	b.ReportMetric(float64(samples), "samples")
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
