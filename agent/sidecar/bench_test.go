@@ -92,17 +92,31 @@ func memoryMiB(tb testing.TB, pid int, field string) float64 {
 	return 0
 }
 
+// cpuSeconds is the user and system CPU time a process has used (/proc/PID/stat).
+func cpuSeconds(tb testing.TB, pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
 // BenchmarkSidecarThroughput consumes the same backlog directly and through the sidecar, in
 // interleaved rounds that rotate who goes first, with pulsar-client-go. sidecar/direct is the
 // median over rounds of the throughput ratio; the sidecar's peak memory is read at the end.
 func BenchmarkSidecarThroughput(b *testing.B) {
-	const perRound = 10_000
+	const perRound = 20_000
 	e := newBenchEnv(b)
 	producer := newClient(b, e.direct)
 	clients := [2]pulsar.Client{newClient(b, e.direct), newClient(b, e.sidecar)}
 	var ratios []float64
 	var took [2]time.Duration
 	rounds := max(b.N, 20)
+	cpuBefore := cpuSeconds(b, e.pid)
 	b.ResetTimer()
 	for round := range rounds {
 		b.StopTimer()
@@ -127,6 +141,8 @@ func BenchmarkSidecarThroughput(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	// Everything the sidecar process did in the run (the direct rounds too, when it idles).
+	b.ReportMetric(1e6*(cpuSeconds(b, e.pid)-cpuBefore)/float64(perRound*rounds), "sidecar-cpu-µs/msg")
 	b.ReportMetric(median(ratios), "sidecar/direct")
 	b.ReportMetric(float64(perRound*rounds)/took[1].Seconds(), "sidecar-msgs/s")
 	b.ReportMetric(float64(perRound*rounds)/took[0].Seconds(), "direct-msgs/s")
