@@ -42,30 +42,30 @@ func checkOverlay(t *testing.T, dir string, extra map[string]string) resmap.ResM
 		t.Fatalf("kustomize config/%s: %v", dir, err)
 	}
 	want := map[string]string{
-		"MutatingWebhookConfiguration":   "subflow-mutating-webhook-configuration",
-		"ValidatingWebhookConfiguration": "subflow-validating-webhook-configuration",
-		"Service":                        "subflow-webhook-service",
-		"CustomResourceDefinition":       "subscriptionflows.subflow.dev",
-		"Deployment":                     "subflow-controller",
-		"ClusterRole":                    "subflow-manager-role",
-		"ClusterRoleBinding":             "subflow-manager-rolebinding",
-		"Role":                           "subflow-leader-election-role",
-		"ServiceAccount":                 "subflow-controller",
-		"Namespace":                      "subflow-system",
+		"MutatingWebhookConfiguration/subflow-mutating-webhook-configuration":     "",
+		"ValidatingWebhookConfiguration/subflow-validating-webhook-configuration": "",
+		"Service/subflow-webhook-service":                                         "",
+		"Service/subflow-controller-metrics":                                      "",
+		"CustomResourceDefinition/subscriptionflows.subflow.dev":                  "",
+		"Deployment/subflow-controller":                                           "",
+		"ClusterRole/subflow-manager-role":                                        "",
+		"ClusterRole/subflow-metrics-reader":                                      "",
+		"ClusterRoleBinding/subflow-manager-rolebinding":                          "",
+		"Role/subflow-leader-election-role":                                       "",
+		"ServiceAccount/subflow-controller":                                       "",
+		"Namespace/subflow-system":                                                "",
 	}
 	for kind, name := range extra {
-		want[kind] = name
+		want[kind+"/"+name] = ""
 	}
 	for _, r := range resources.Resources() {
-		if want[r.GetKind()] == r.GetName() {
-			delete(want, r.GetKind())
-		}
+		delete(want, r.GetKind()+"/"+r.GetName())
 		if !clusterScoped[r.GetKind()] && r.GetNamespace() != "subflow-system" {
 			t.Errorf("%s/%s rendered in namespace %q, want subflow-system", r.GetKind(), r.GetName(), r.GetNamespace())
 		}
 	}
-	for kind, name := range want {
-		t.Errorf("config/%s does not render %s %s", dir, kind, name)
+	for missing := range want {
+		t.Errorf("config/%s does not render %s", dir, missing)
 	}
 	return resources
 }
@@ -108,5 +108,45 @@ func TestWebhooksFailOpen(t *testing.T) {
 		if seen != 2 {
 			t.Errorf("config/%s renders %d webhooks, want 2", dir, seen)
 		}
+	}
+}
+
+// TestMetricsServiceReachesTheController: the metrics Service selects the controller's pods
+// and targets a port the controller container declares.
+func TestMetricsServiceReachesTheController(t *testing.T) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var selector, podLabels map[string]any
+	var target any
+	var ports []any
+	for _, r := range resources.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r.GetKind() + "/" + r.GetName() {
+		case "Service/subflow-controller-metrics":
+			spec := m["spec"].(map[string]any)
+			selector = spec["selector"].(map[string]any)
+			target = spec["ports"].([]any)[0].(map[string]any)["targetPort"]
+		case "Deployment/subflow-controller":
+			tmpl := m["spec"].(map[string]any)["template"].(map[string]any)
+			podLabels = tmpl["metadata"].(map[string]any)["labels"].(map[string]any)
+			ports = tmpl["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["ports"].([]any)
+		}
+	}
+	for k, v := range selector {
+		if podLabels[k] != v {
+			t.Errorf("the metrics Service selects %s=%v; the controller's pods have %v", k, v, podLabels[k])
+		}
+	}
+	found := false
+	for _, p := range ports {
+		found = found || p.(map[string]any)["name"] == target
+	}
+	if len(selector) == 0 || !found {
+		t.Errorf("the metrics Service (selector %v) targets port %v, which the controller (ports %v) does not name", selector, target, ports)
 	}
 }
