@@ -14,6 +14,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -128,7 +129,7 @@ func clusterEnv(t *testing.T, adminHost string, opts Options) (*env, *pulsartest
 		t.Fatal(err)
 	}
 	opts.Name, opts.AdminURL = "test", "http://"+adminHost+":"+u.Port()
-	e := &env{wire: wire, adminURL: opts.AdminURL, client: newClient(t, wire.ServiceURL())}
+	e := &env{wire: wire, adminURL: opts.AdminURL, client: testkit.Client(t, pulsar.ClientOptions{URL: wire.ServiceURL()})}
 	e.agent = newTestAgent(t, opts)
 	return e, cl
 }
@@ -160,7 +161,7 @@ func TestIntegrationSeekFollowsAdminRedirectToOwnerWithCredentials(t *testing.T)
 			if owner := cl.Owner(topic); owner != 1 {
 				t.Fatalf("topic owned by broker %d, want 1 (not the agent's AdminURL)", owner)
 			}
-			receiveN(t, c, 20)
+			testkit.ReceiveAndAck(t, c, 20, receiveLimit)
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			res, err := c.SeekByIndex(ctx, 7)
@@ -170,7 +171,7 @@ func TestIntegrationSeekFollowsAdminRedirectToOwnerWithCredentials(t *testing.T)
 			if len(res.Positions) != 1 || res.Positions[0].Index != 7 {
 				t.Fatalf("positions %+v", res.Positions)
 			}
-			if m := receiveN(t, c, 1)[0]; seqOfMessage(t, m) != 7 || m.Index() == nil || *m.Index() != 7 {
+			if m := testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]; seqOfMessage(t, m) != 7 || m.Index() == nil || *m.Index() != 7 {
 				t.Fatalf("first message after the seek: payload %s index %v, want 7", m.Payload(), m.Index())
 			}
 		})
@@ -188,7 +189,7 @@ func TestIntegrationSeekWithoutCredentialsFailsAndMovesNothing(t *testing.T) {
 	}
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	e.produce(t, topic, 0, 5, 1)
-	receiveN(t, c, 5)
+	testkit.ReceiveAndAck(t, c, 5, receiveLimit)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_, err := c.SeekByIndex(ctx, 2)
@@ -197,7 +198,7 @@ func TestIntegrationSeekWithoutCredentialsFailsAndMovesNothing(t *testing.T) {
 		t.Fatalf("seek without credentials: %v, want HTTP 401 from the admin API", err)
 	}
 	e.produce(t, topic, 5, 1, 1)
-	if m := receiveN(t, c, 1)[0]; seqOfMessage(t, m) != 5 {
+	if m := testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]; seqOfMessage(t, m) != 5 {
 		t.Fatalf("after the failed seek the application got %d, want the new message 5", seqOfMessage(t, m))
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // parkSubscription creates the durable subscription and closes its consumer, so that what is
@@ -38,7 +39,7 @@ func (e *env) setRetention(t testing.TB, topic string, ttlSeconds int, quotas ma
 	for kind, body := range quotas {
 		e.adminJSON(t, http.MethodPost, path+"/backlogQuota?backlogQuotaType="+kind, body, nil)
 	}
-	eventually(t, "the policies applied", func() bool {
+	poll.Eventually(t, "the policies applied", func() bool {
 		var ttl int
 		var applied map[string]map[string]any
 		e.adminJSON(t, http.MethodGet, path+"/messageTTL?applied=true", "", &ttl)
@@ -154,7 +155,7 @@ func TestIntegrationBacklogPerPartition(t *testing.T) {
 // not exist, a broker that does not answer, no admin URL at all.
 func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 	b := pulsartest.Start(t, pulsartest.Options{AdminToken: "app-token", AdminSuperToken: "root"})
-	client := newClient(t, b.ServiceURL())
+	client := testkit.Client(t, pulsar.ClientOptions{URL: b.ServiceURL()})
 	topic := uniqueTopic(t)
 	c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	if err != nil {
@@ -333,9 +334,9 @@ func TestIntegrationWatchBacklogRefreshes(t *testing.T) {
 			return len(got) == 1 && got[0].Unknown == "" && got[0].Messages == n
 		}
 	}
-	eventually(t, "the first read", messagesSeen(0))
+	poll.Eventually(t, "the first read", messagesSeen(0))
 	e.produce(t, topic, 0, 7, 1)
-	eventually(t, "a refresh showing 7 messages", messagesSeen(7))
+	poll.Eventually(t, "a refresh showing 7 messages", messagesSeen(7))
 	got := a.LatestBacklog(topic, "sub")
 	got[0].Messages = 1000 // a caller's copy: the cache is not changed
 	if !messagesSeen(7)() {

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // seekBatch is the number of messages per entry in the seek benchmarks (indexes run over
@@ -24,7 +25,7 @@ const seekBatch = 4
 func benchmarkWholeSeek(b *testing.B, entries int64, lookup bool) {
 	broker := pulsartest.Start(b, pulsartest.Options{DisableIndexLookup: !lookup})
 	topic := uniqueTopic(b)
-	client := newClient(b, broker.ServiceURL())
+	client := testkit.Client(b, pulsar.ClientOptions{URL: broker.ServiceURL()})
 	a := newTestAgent(b, Options{Name: "bench", AdminURL: broker.AdminURL()})
 	c, err := a.Subscribe(client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	if err != nil {
@@ -51,7 +52,7 @@ func BenchmarkWholeSeekPulsar(b *testing.B) {
 	const entries int64 = 1_000_000
 	caps := probeRemote(b, serviceURL, adminURL)
 	topic := uniqueTopic(b)
-	client := newClient(b, serviceURL)
+	client := testkit.Client(b, pulsar.ClientOptions{URL: serviceURL})
 	a := newTestAgent(b, Options{Name: "bench", AdminURL: adminURL})
 	c, err := a.Subscribe(client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	if err != nil {

@@ -133,7 +133,7 @@ func BenchmarkResumeToFirstMessage(b *testing.B) {
 	c := e.subscribe(b, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 100})
 	c.Pause()
 	e.produce(b, topic, 0, b.N+200, 100)
-	eventually(b, "a full client queue", func() bool { return e.local.Subscription(topic, "sub").Dispatched >= 100 })
+	poll.Eventually(b, "a full client queue", func() bool { return e.local.Subscription(topic, "sub").Dispatched >= 100 })
 
 	stamps := make(chan time.Time)
 	go func() {

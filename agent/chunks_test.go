@@ -21,7 +21,7 @@ func TestChunkRenewalWhilePausedIsNotPostponedByPushes(t *testing.T) {
 	if err := c.SetState(context.Background(), protocol.Paused, 1); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "two fresh subscriptions while paused", func() bool {
+	poll.Eventually(t, "two fresh subscriptions while paused", func() bool {
 		// The controller repeats its push far more often than the renewal period.
 		if err := c.SetState(context.Background(), protocol.Paused, 1); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // fakeClient hands out fakeConsumers that expose the MessageChannel the gate gave them, so a
@@ -151,6 +153,9 @@ func seqOf(t testing.TB, m pulsar.Message) int64 {
 // waitLimit bounds every wait of a test: a test that fails never hangs.
 const waitLimit = 10 * time.Second
 
+// poll is how the tests wait for a condition: asked every millisecond, for up to waitLimit.
+var poll = testkit.Poll{Within: waitLimit, Every: time.Millisecond}
+
 // recvWithin returns the next value from ch, failing the test after waitLimit.
 func recvWithin[T any](t testing.TB, what string, ch <-chan T) T {
 	t.Helper()
@@ -168,45 +173,24 @@ func recvWithin[T any](t testing.TB, what string, ch <-chan T) T {
 // receiveInBackground receives from c until the test ends and sends each message's sequence
 // number on the returned channel. The test's cleanup stops the goroutine and waits for it.
 func receiveInBackground(t testing.TB, c pulsar.Consumer, buffer int) <-chan int64 {
-	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan int64, buffer)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			m, err := c.Receive(ctx)
-			if err != nil {
-				return
-			}
-			fm, ok := m.(fakeMessage)
-			if !ok {
-				t.Errorf("unexpected message type %T", m)
-				return
-			}
-			select {
-			case got <- fm.seq:
-			case <-ctx.Done():
-				return
-			}
+	ending := make(chan struct{}) // unblocks a send nobody will take
+	stop := testkit.ReceiveInBackground(t, c, false, func(m pulsar.Message) {
+		fm, ok := m.(fakeMessage)
+		if !ok {
+			t.Errorf("unexpected message type %T", m)
+			return
 		}
-	}()
+		select {
+		case got <- fm.seq:
+		case <-ending:
+		}
+	})
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		close(ending)
+		stop()
 	})
 	return got
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func newTestAgent(t testing.TB, opts Options) *Agent {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,7 +322,7 @@ func TestStartGatedFallbackAfterTimeout(t *testing.T) {
 			fc := &fakeClient{}
 			a := newTestAgent(t, Options{StartGated: true, SyncTimeout: 20 * time.Millisecond, FallbackState: fallback})
 			c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
-			eventually(t, "fallback state", func() bool { return c.State() == fallback })
+			poll.Eventually(t, "fallback state", func() bool { return c.State() == fallback })
 			a.MarkSynced()
 			if c.State() != protocol.Running {
 				t.Fatalf("state %s after a late MarkSynced", c.State())
@@ -384,10 +383,10 @@ func TestZeroQueueGrantsNoPermitWhilePaused(t *testing.T) {
 		c.Chan()
 	}()
 	got := receiveInBackground(t, c, 10)
-	eventually(t, "an underlying Receive", func() bool { return inner.receives.Load() == 1 })
+	poll.Eventually(t, "an underlying Receive", func() bool { return inner.receives.Load() == 1 })
 	c.Pause()
 	inner.mustPush(t, 1) // the permit granted before the pause brings its message: held
-	eventually(t, "the message held", func() bool { return c.Status().HeldMessages == 1 })
+	poll.Eventually(t, "the message held", func() bool { return c.Status().HeldMessages == 1 })
 	if inner.tryPush(2) {
 		t.Fatal("a paused zero-queue consumer took a second message")
 	}
@@ -416,8 +415,7 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	inner := fc.last()
 	const total = 2000
-	var epoch atomic.Int64 // odd while a Pause has returned and no Resume has begun
-	var violations, attemptsWhilePaused atomic.Int64
+	var w strictWatch
 	seen := make([]atomic.Bool, total)
 	var received atomic.Int64
 	// Every goroutine ends by the deadline even if messages go missing; the test then fails.
@@ -429,18 +427,9 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for running() {
-				e := epoch.Load()
-				if e%2 == 1 {
-					attemptsWhilePaused.Add(1)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-				m, err := c.Receive(ctx)
-				cancel()
-				if err != nil {
+				m, ok := w.receive(c)
+				if !ok {
 					continue
-				}
-				if e%2 == 1 && epoch.Load() == e {
-					violations.Add(1)
 				}
 				if seq := m.(fakeMessage).seq; seen[seq].Swap(true) {
 					t.Errorf("message %d delivered twice", seq)
@@ -458,13 +447,9 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 		next := int64(0)
 		for running() {
 			c.Pause()
-			epoch.Add(1)
-			// Stay paused until receivers have tried, so the check has teeth.
-			attempts := attemptsWhilePaused.Load()
-			for attemptsWhilePaused.Load() < attempts+2 && running() {
-				runtime.Gosched()
-			}
-			epoch.Add(1)
+			w.paused()
+			w.awaitAttempts(running) // stay paused until receivers have tried
+			w.resuming()
 			c.Resume()
 			for i := 0; i < batch && next < total && running(); i++ {
 				if !inner.push(next) {
@@ -489,10 +474,10 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	if n := received.Load(); n != total {
 		t.Fatalf("%d of %d messages received by the deadline", n, total)
 	}
-	if attemptsWhilePaused.Load() == 0 {
+	if w.attemptsWhilePaused.Load() == 0 {
 		t.Fatal("no Receive ran while paused")
 	}
-	if v := violations.Load(); v != 0 {
+	if v := w.violations.Load(); v != 0 {
 		t.Fatalf("%d messages reached the application while paused", v)
 	}
 }

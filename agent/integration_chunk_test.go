@@ -12,6 +12,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -100,29 +101,17 @@ type chunkCollector struct {
 }
 
 func collectChunked(t testing.TB, c pulsar.Consumer) *chunkCollector {
-	ctx, cancel := context.WithCancel(context.Background())
-	col := &chunkCollector{collector: &collector{t: t, cancel: cancel, done: make(chan struct{})}, bad: make(chan string, 1)}
-	go func() {
-		defer close(col.done)
-		for {
-			m, err := c.Receive(ctx)
-			if err != nil {
-				return
+	col := &chunkCollector{collector: &collector{}, bad: make(chan string, 1)}
+	col.stop = testkit.ReceiveInBackground(t, c, true, func(m pulsar.Message) {
+		seq := seqOfMessage(t, m)
+		if string(m.Payload()) != string(chunkPayload(seq)) {
+			select {
+			case col.bad <- fmt.Sprintf("message %d: payload of %d bytes is not the one sent", seq, len(m.Payload())):
+			default:
 			}
-			_ = c.Ack(m)
-			seq := seqOfMessage(t, m)
-			if string(m.Payload()) != string(chunkPayload(seq)) {
-				select {
-				case col.bad <- fmt.Sprintf("message %d: payload of %d bytes is not the one sent", seq, len(m.Payload())):
-				default:
-				}
-			}
-			col.mu.Lock()
-			col.seqs = append(col.seqs, seq)
-			col.mu.Unlock()
 		}
-	}()
-	t.Cleanup(col.stop)
+		col.add(seq)
+	})
 	return col
 }
 
@@ -189,8 +178,8 @@ func chunkedLongPause(t *testing.T, queue int) {
 		ExpireTimeOfIncompleteChunk: testChunkExpiry})
 	col := collectChunked(t, c)
 	e.produceChunked(t, topic, 0, 6)
-	eventually(t, "the first messages", func() bool { return col.count() == 6 })
-	eventually(t, "acks of the first messages", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "the first messages", func() bool { return col.count() == 6 })
+	poll.Eventually(t, "acks of the first messages", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	c.Pause()
 	atPause := e.mark()
 
@@ -209,7 +198,7 @@ func chunkedLongPause(t *testing.T, queue int) {
 	}
 
 	c.Resume()
-	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 6+total })
+	poll.Eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 6+total })
 	select {
 	case bad := <-col.bad:
 		t.Fatal(bad)
@@ -218,5 +207,5 @@ func chunkedLongPause(t *testing.T, queue int) {
 	if n := col.count(); n != 6+total {
 		t.Fatalf("%d messages delivered for %d distinct", n, 6+total)
 	}
-	eventually(t, "the backlog drained", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "the backlog drained", func() bool { return e.backlog(t, topic, "sub") == 0 })
 }

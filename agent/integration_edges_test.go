@@ -13,6 +13,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -42,9 +43,9 @@ func TestIntegrationZeroQueuePauseCyclesKeepOnePermit(t *testing.T) {
 		c.Pause()
 		c.Resume()
 		send(i)
-		eventually(t, "message "+strconv.Itoa(i), func() bool { return col.count() == i+1 })
+		poll.Eventually(t, "message "+strconv.Itoa(i), func() bool { return col.count() == i+1 })
 	}
-	eventually(t, "at most one permit outstanding", func() bool {
+	poll.Eventually(t, "at most one permit outstanding", func() bool {
 		live := e.liveSessions(topic, "sub")
 		return len(live) == 1 && live[0].outstanding() <= 1
 	})
@@ -56,8 +57,8 @@ func TestIntegrationZeroQueuePauseCyclesKeepOnePermit(t *testing.T) {
 	other := uniqueTopic(t) + "-other"
 	raw := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: other, SubscriptionName: "sub"})
 	e.produce(t, other, 0, 1, 1)
-	receiveN(t, raw, 1)
-	eventually(t, "the granted permit's message held", func() bool { return c.Status().HeldMessages == 1 })
+	testkit.ReceiveAndAck(t, raw, 1, receiveLimit)
+	poll.Eventually(t, "the granted permit's message held", func() bool { return c.Status().HeldMessages == 1 })
 	e.barrier(t, c)
 	live := e.liveSessions(topic, "sub")
 	if len(live) != 1 || live[0].outstanding() != 0 || e.delivered(topic, "sub", 0) != cycles+1 {
@@ -67,7 +68,7 @@ func TestIntegrationZeroQueuePauseCyclesKeepOnePermit(t *testing.T) {
 		t.Fatalf("%d messages reached the application while paused", n-cycles)
 	}
 	c.Resume()
-	eventually(t, "every message after resume", func() bool { return col.count() == cycles+3 })
+	poll.Eventually(t, "every message after resume", func() bool { return col.count() == cycles+3 })
 	col.stop()
 	if !slices.IsSorted(col.seqs) || len(col.distinct()) != cycles+3 {
 		t.Fatalf("out of order or duplicated: %v", col.seqs)
@@ -110,7 +111,7 @@ func TestIntegrationNacksWhilePausedDeadLetterNothing(t *testing.T) {
 	}
 
 	c.Resume()
-	if got := receiveN(t, dlqReader, n); len(got) != n { // each dead letter once
+	if got := testkit.ReceiveAndAck(t, dlqReader, n, receiveLimit); len(got) != n { // each dead letter once
 		t.Fatalf("%d dead letters after resume, want %d", len(got), n)
 	}
 }
@@ -156,7 +157,7 @@ func TestIntegrationCloseReportsStopped(t *testing.T) {
 	if st := c.Status(); st.State != protocol.Stopped || st.Connected || c.State() != protocol.Stopped {
 		t.Fatalf("status after Close: %+v", st)
 	}
-	eventually(t, "the consumer gone from the broker", func() bool {
+	poll.Eventually(t, "the consumer gone from the broker", func() bool {
 		st, ok := e.stats(t, topic, "sub", false)
 		return ok && len(st.Consumers) == 0
 	})
@@ -209,7 +210,7 @@ func TestIntegrationReconnectWhilePausedDeliversHeldOnce(t *testing.T) {
 			c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
 			ch := c.Chan() // the application does not read yet
 			e.produce(t, topic, 0, n, 1)
-			eventually(t, "messages held at a pause", func() bool {
+			poll.Eventually(t, "messages held at a pause", func() bool {
 				c.Pause()
 				if c.Status().HeldMessages >= int64(min(n, channelCapacity)) {
 					return true
@@ -232,7 +233,7 @@ func TestIntegrationReconnectWhilePausedDeliversHeldOnce(t *testing.T) {
 					t.Fatalf("only %d of %d messages after resume", len(got), n)
 				}
 			}
-			eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+			poll.Eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
 			e.barrier(t, c) // a round trip behind anything dispatched
 			dups := duplicatesIn(got, ch)
 			rawDups := rawDuplicatesAfterReconnect(t, e, n, queue)
@@ -250,24 +251,21 @@ func reconnect(t *testing.T, e *env, topic string, queue int) {
 	t.Helper()
 	redeliver, sessions := min(e.backlog(t, topic, "sub"), int64(queue)), e.sessionCount(topic, "sub")
 	e.dropConnections()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	back := poll.Until(func() bool {
 		live := e.liveSessions(topic, "sub")
-		if e.sessionCount(topic, "sub") > sessions && len(live) == 1 && live[0].delivered >= redeliver {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, s := range e.sessions(topic, "sub") {
-				t.Logf("session %+v", s)
-			}
-			ss := e.sessions(topic, "sub")
-			for _, ev := range e.wire.Events(wirerec.Filter{Conn: ss[len(ss)-1].Conn}) {
-				t.Logf("event %d %s %s consumer %v permits %d msgs %d %s", ev.Seq, ev.Dir, ev.Type, ev.Consumer != nil, ev.Permits, ev.Messages, ev.Error)
-			}
-			t.Fatalf("timed out waiting for the consumer to reconnect and get the %d unacknowledged messages again", redeliver)
-		}
-		time.Sleep(time.Millisecond)
+		return e.sessionCount(topic, "sub") > sessions && len(live) == 1 && live[0].delivered >= redeliver
+	})
+	if back {
+		return
 	}
+	for _, s := range e.sessions(topic, "sub") {
+		t.Logf("session %+v", s)
+	}
+	ss := e.sessions(topic, "sub")
+	for _, ev := range e.wire.Events(wirerec.Filter{Conn: ss[len(ss)-1].Conn}) {
+		t.Logf("event %d %s %s consumer %v permits %d msgs %d %s", ev.Seq, ev.Dir, ev.Type, ev.Consumer != nil, ev.Permits, ev.Messages, ev.Error)
+	}
+	t.Fatalf("timed out after %v waiting for the consumer to reconnect and get the %d unacknowledged messages again", poll.Within, redeliver)
 }
 
 // duplicatesIn counts repeated deliveries, including any still waiting on ch.
@@ -297,16 +295,16 @@ func rawDuplicatesAfterReconnect(t *testing.T, e *env, n, queue int) int {
 	raw := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queue})
 	e.produce(t, topic, 0, n, 1)
 	// Wait until the client pushed what its channel takes (the application is not reading).
-	eventually(t, "the raw client's channel filled", func() bool { return len(raw.Chan()) >= min(n, channelCapacity) })
+	poll.Eventually(t, "the raw client's channel filled", func() bool { return len(raw.Chan()) >= min(n, channelCapacity) })
 	reconnect(t, e, topic, queue)
 	got := map[int]int{}
-	for _, m := range receiveN(t, raw, n) {
+	for _, m := range testkit.ReceiveAndAck(t, raw, n, receiveLimit) {
 		got[seqOfMessage(t, m)]++
 	}
 	for len(got) < n {
-		got[seqOfMessage(t, receiveN(t, raw, 1)[0])]++
+		got[seqOfMessage(t, testkit.ReceiveAndAck(t, raw, 1, receiveLimit)[0])]++
 	}
-	eventually(t, "every raw ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "every raw ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	e.barrier(t, raw)
 	return duplicatesIn(got, raw.Chan())
 }
@@ -368,8 +366,8 @@ func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
 			col := collect(t, c)
 			const first = 20
 			e.produce(t, topic, 0, first, 1)
-			eventually(t, "the first messages", func() bool { return col.count() == first })
-			eventually(t, "their acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
+			poll.Eventually(t, "the first messages", func() bool { return col.count() == first })
+			poll.Eventually(t, "their acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 			c.Pause()
 			atPause := e.mark()
 			bound := reconnectBound(tc.subType, tc.queue, tc.batch, true)
@@ -377,7 +375,7 @@ func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
 			total -= (total - first) % tc.batch // whole batches
 			e.produce(t, topic, first, total-first, tc.batch)
 			reconnect(t, e, topic, tc.queue)
-			eventually(t, "the reconnected grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+			poll.Eventually(t, "the reconnected grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
 			e.barrier(t, c)
 			live := e.liveSessions(topic, "sub")
 			permits := e.permits(topic, "sub", atPause)
@@ -390,7 +388,7 @@ func TestIntegrationReconnectWhilePausedWithBatches(t *testing.T) {
 				t.Fatalf("%d messages reached the application while paused", n-first)
 			}
 			c.Resume()
-			eventually(t, "every message after resume", func() bool { return len(col.distinct()) == total })
+			poll.Eventually(t, "every message after resume", func() bool { return len(col.distinct()) == total })
 		})
 	}
 }
@@ -442,7 +440,7 @@ func TestIntegrationNackBeforePauseWaitsForResume(t *testing.T) {
 
 	resumeStart := time.Now()
 	c.Resume()
-	if got := receiveN(t, dlqReader, n); len(got) != n {
+	if got := testkit.ReceiveAndAck(t, dlqReader, n, receiveLimit); len(got) != n {
 		t.Fatalf("%d dead letters after resume, want %d", len(got), n)
 	}
 	r := e.wire.Events(wirerec.Filter{Topic: topic, Subscription: "sub"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)

@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -94,7 +95,7 @@ func newEnv(t testing.TB, opts ...pulsartest.Options) *env {
 		e.wire = wirerec.StartT(t, e.local.ServiceURL(), wirerec.Options{Listener: ln})
 		e.adminURL = e.local.AdminURL()
 	}
-	e.client = newClient(t, e.wire.ServiceURL())
+	e.client = testkit.Client(t, pulsar.ClientOptions{URL: e.wire.ServiceURL()})
 	e.agent = newTestAgent(t, Options{Name: "test", AdminURL: e.adminURL})
 	return e
 }
@@ -104,18 +105,8 @@ func newEnv(t testing.TB, opts ...pulsartest.Options) *env {
 func newDirectEnv(t testing.TB) *env {
 	t.Helper()
 	b := pulsartest.Start(t)
-	return &env{local: b, adminURL: b.AdminURL(), client: newClient(t, b.ServiceURL()),
+	return &env{local: b, adminURL: b.AdminURL(), client: testkit.Client(t, pulsar.ClientOptions{URL: b.ServiceURL()}),
 		agent: newTestAgent(t, Options{Name: "test", AdminURL: b.AdminURL()})}
-}
-
-func newClient(t testing.TB, url string) pulsar.Client {
-	t.Helper()
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, Logger: log.DefaultNopLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	return client
 }
 
 // remoteCaps is what a remote broker's configuration offers.
@@ -233,7 +224,13 @@ func (e *env) pulsartest(t testing.TB, why string) *pulsartest.Broker {
 
 func (e *env) subscribe(t testing.TB, opts pulsar.ConsumerOptions) *Consumer {
 	t.Helper()
-	c, err := e.agent.Subscribe(e.client, opts)
+	return e.subscribeThrough(t, e.agent, opts)
+}
+
+// subscribeThrough subscribes with the env's client through the given agent.
+func (e *env) subscribeThrough(t testing.TB, a *Agent, opts pulsar.ConsumerOptions) *Consumer {
+	t.Helper()
+	c, err := a.Subscribe(e.client, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,12 +241,7 @@ func (e *env) subscribe(t testing.TB, opts pulsar.ConsumerOptions) *Consumer {
 // subscribeRaw subscribes with the client alone (no agent).
 func (e *env) subscribeRaw(t testing.TB, opts pulsar.ConsumerOptions) pulsar.Consumer {
 	t.Helper()
-	c, err := e.client.Subscribe(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return testkit.Subscribe(t, e.client, opts)
 }
 
 // produce sends messages whose payloads are the numbers from..from+n-1; batch > 1 groups them
@@ -428,7 +420,7 @@ func (e *env) grantSpent(topic, sub string, consumers int) bool {
 func (e *env) activeConsumer(t testing.TB, topic, sub string, consumers int) string {
 	t.Helper()
 	var name string
-	eventually(t, "the broker's choice of active consumer", func() bool {
+	poll.Eventually(t, "the broker's choice of active consumer", func() bool {
 		name = ""
 		live := e.liveSessions(topic, sub)
 		if len(live) != consumers {
@@ -575,32 +567,14 @@ func seqOfMessage(t testing.TB, m pulsar.Message) int {
 	return n
 }
 
-// receiveN receives and acks n messages, failing after a deadline.
-func receiveN(t testing.TB, c pulsar.Consumer, n int) []pulsar.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	out := make([]pulsar.Message, 0, n)
-	for len(out) < n {
-		m, err := c.Receive(ctx)
-		if err != nil {
-			t.Fatalf("received %d of %d messages: %v", len(out), n, err)
-		}
-		if err := c.Ack(m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
+// receiveLimit bounds how long a test waits for the messages it receives.
+const receiveLimit = 15 * time.Second
 
 // collector receives in the background, acking, and records what reached the application.
 type collector struct {
-	t      testing.TB
-	mu     sync.Mutex
-	seqs   []int
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex
+	seqs []int
+	stop func() // ends the receiving; the test's end does too
 }
 
 func collect(t testing.TB, c pulsar.Consumer) *collector { return collectAcking(t, c, true) }
@@ -609,30 +583,15 @@ func collect(t testing.TB, c pulsar.Consumer) *collector { return collectAcking(
 // v0.19 between Ack and the discovery of new partitions (consumer_impl.go reads the partition
 // list in AckID while partition discovery replaces it).
 func collectAcking(t testing.TB, c pulsar.Consumer, ack bool) *collector {
-	ctx, cancel := context.WithCancel(context.Background())
-	col := &collector{t: t, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(col.done)
-		for {
-			m, err := c.Receive(ctx)
-			if err != nil {
-				return
-			}
-			if ack {
-				_ = c.Ack(m)
-			}
-			col.mu.Lock()
-			col.seqs = append(col.seqs, seqOfMessage(t, m))
-			col.mu.Unlock()
-		}
-	}()
-	t.Cleanup(col.stop)
+	col := &collector{}
+	col.stop = testkit.ReceiveInBackground(t, c, ack, func(m pulsar.Message) { col.add(seqOfMessage(t, m)) })
 	return col
 }
 
-func (col *collector) stop() {
-	col.cancel()
-	<-col.done
+func (col *collector) add(seq int) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.seqs = append(col.seqs, seq)
 }
 
 func (col *collector) count() int {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -54,12 +55,12 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	opts.Name = "beta"
 	b := e.subscribe(t, opts)
 	colA, colB := collect(t, a), collect(t, b)
-	eventually(t, "both consumers granted", func() bool { return len(e.flows(topic, "sub", 0)) >= 2 })
+	poll.Eventually(t, "both consumers granted", func() bool { return len(e.flows(topic, "sub", 0)) >= 2 })
 
 	// Learn the broker's split of the keys.
 	const n = 64
 	e.produceKeyed(t, topic, 0, n, 1, messageKey)
-	eventually(t, "the first messages", func() bool { return colA.count()+colB.count() == n })
+	poll.Eventually(t, "the first messages", func() bool { return colA.count()+colB.count() == n })
 	ownedA, ownedB := keysOf(colA.seqsCopy()), keysOf(colB.seqsCopy())
 	if len(ownedA) == 0 || len(ownedB) == 0 || len(ownedA)+len(ownedB) != keys {
 		t.Fatalf("keys split %v / %v: want each key on one consumer and both consumers used", slices.Sorted(maps.Keys(ownedA)), slices.Sorted(maps.Keys(ownedB)))
@@ -72,7 +73,7 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	const m = 200
 	e.produceKeyed(t, topic, n, m, 1, messageKey)
 	wantB := countOwned(n, m, ownedB)
-	eventually(t, "beta's share while alpha is paused", func() bool { return colB.count()-gotB >= wantB })
+	poll.Eventually(t, "beta's share while alpha is paused", func() bool { return colB.count()-gotB >= wantB })
 	e.connectionBarrier(t)
 	if got := keysOf(since(colB, gotB)); !isSubset(got, ownedB) {
 		t.Fatalf("while alpha was paused beta got keys %v, beyond its own %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(ownedB)))
@@ -87,22 +88,22 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	// Resumed: alpha gets exactly its keys' messages.
 	a.Resume()
 	wantA := countOwned(n, m, ownedA)
-	eventually(t, "alpha's share after resume", func() bool { return colA.count()-gotA == wantA })
+	poll.Eventually(t, "alpha's share after resume", func() bool { return colA.count()-gotA == wantA })
 	if got := keysOf(since(colA, gotA)); !isSubset(got, ownedA) {
 		t.Fatalf("after resume alpha got keys %v, want only its own %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(ownedA)))
 	}
 
 	// Stopped: alpha's keys, and the messages it held while paused, go to beta.
-	eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	a.Pause()
 	gotB = colB.count()
 	e.produceKeyed(t, topic, n+m, m, 1, messageKey)
-	eventually(t, "beta's share before the stop", func() bool { return colB.count()-gotB >= countOwned(n+m, m, ownedB) })
+	poll.Eventually(t, "beta's share before the stop", func() bool { return colB.count()-gotB >= countOwned(n+m, m, ownedB) })
 	a.Stop()
 	if st := a.Status(); st.State != protocol.Stopped || st.Connected {
 		t.Fatalf("status after Stop: %+v", st)
 	}
-	eventually(t, "every message at beta once alpha stopped", func() bool { return len(distinctOf(since(colB, gotB))) >= m })
+	poll.Eventually(t, "every message at beta once alpha stopped", func() bool { return len(distinctOf(since(colB, gotB))) >= m })
 	for s := range distinctOf(since(colB, gotB)) {
 		if s < n+m || s >= n+2*m {
 			t.Fatalf("beta got %d again after alpha stopped", s)
@@ -118,9 +119,9 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	}
 	a.Resume()
 	gotA, gotB = colA.count(), colB.count()
-	eventually(t, "alpha subscribed again", func() bool { return len(e.liveSessions(topic, "sub")) == 2 })
+	poll.Eventually(t, "alpha subscribed again", func() bool { return len(e.liveSessions(topic, "sub")) == 2 })
 	e.produceKeyed(t, topic, n+2*m, n, 1, messageKey)
-	eventually(t, "the last messages", func() bool { return colA.count()-gotA+colB.count()-gotB >= n })
+	poll.Eventually(t, "the last messages", func() bool { return colA.count()-gotA+colB.count()-gotB >= n })
 	if ga, gb := keysOf(since(colA, gotA)), keysOf(since(colB, gotB)); !isSubset(ga, ownedA) || !isSubset(gb, ownedB) {
 		t.Fatalf("after Run: alpha got %v (owned %v), beta got %v (owned %v)", slices.Sorted(maps.Keys(ga)), slices.Sorted(maps.Keys(ownedA)),
 			slices.Sorted(maps.Keys(gb)), slices.Sorted(maps.Keys(ownedB)))
@@ -159,13 +160,13 @@ func TestIntegrationPausedKeepsFailoverOwnershipStoppedReleasesIt(t *testing.T) 
 	standbyName := map[string]string{"one": "two", "two": "one"}[activeName]
 	active := consumers[activeName]
 	e.produce(t, topic, 0, 20, 1)
-	eventually(t, "the first messages at the active consumer", func() bool { return cols[activeName].count() == 20 })
+	poll.Eventually(t, "the first messages at the active consumer", func() bool { return cols[activeName].count() == 20 })
 
 	// Paused: the active consumer keeps the subscription; the standby gets nothing.
 	active.Pause()
 	atPause := e.mark()
 	e.produce(t, topic, 20, 100, 1)
-	eventually(t, "the active consumer's grant spent, or the consumer gone", func() bool {
+	poll.Eventually(t, "the active consumer's grant spent, or the consumer gone", func() bool {
 		s, ok := liveSession(e.liveSessions(topic, "sub"), activeName)
 		return !ok || s.outstanding() <= 0
 	})
@@ -187,8 +188,8 @@ func TestIntegrationPausedKeepsFailoverOwnershipStoppedReleasesIt(t *testing.T) 
 		t.Fatalf("active consumer %s after the pause, want %s", now, activeName)
 	}
 	active.Resume()
-	eventually(t, "every message at the resumed active consumer", func() bool { return len(cols[activeName].distinct()) == 120 })
-	eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "every message at the resumed active consumer", func() bool { return len(cols[activeName].distinct()) == 120 })
+	poll.Eventually(t, "every ack on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
 
 	// Stopped: the standby takes over, after the broker's failover delay.
 	active.Pause()
@@ -197,7 +198,7 @@ func TestIntegrationPausedKeepsFailoverOwnershipStoppedReleasesIt(t *testing.T) 
 	if now := e.activeConsumer(t, topic, "sub", 1); now != standbyName {
 		t.Fatalf("active consumer %s after the stop, want %s", now, standbyName)
 	}
-	eventually(t, "the messages at the standby", func() bool { return len(cols[standbyName].distinct()) == 30 })
+	poll.Eventually(t, "the messages at the standby", func() bool { return len(cols[standbyName].distinct()) == 30 })
 	if got := slices.Sorted(maps.Keys(cols[standbyName].distinct())); got[0] != 120 {
 		t.Fatalf("the standby got %v, want 120..149", got)
 	}
@@ -240,5 +241,5 @@ func waitFailoverDelay(t testing.TB, e *env) {
 		t.Fatalf("canary active consumer %s, want %s", now, other)
 	}
 	e.produce(t, topic, 0, 1, 1)
-	receiveN(t, canaries[other], 1)
+	testkit.ReceiveAndAck(t, canaries[other], 1, receiveLimit)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -23,13 +24,13 @@ const queueSize = 10
 func pausedAfterQuiescence(t *testing.T, e *env, topic string, c *Consumer, col *collector, first int) wirerec.Mark {
 	t.Helper()
 	e.produce(t, topic, 0, first, 1)
-	eventually(t, "the first messages", func() bool { return col.count() == first })
-	eventually(t, "permits for the first messages", func() bool {
+	poll.Eventually(t, "the first messages", func() bool { return col.count() == first })
+	poll.Eventually(t, "permits for the first messages", func() bool {
 		return e.permits(topic, "sub", 0) == int64(queueSize+first)
 	})
 	// Acks are grouped; once the broker has them, a reconnect redelivers nothing the client
 	// would discard as a duplicate (discarded duplicates return their permits at once).
-	eventually(t, "acks of the first messages", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "acks of the first messages", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	c.Pause()
 	if c.State() != protocol.Paused {
 		t.Fatalf("state %s after Pause", c.State())
@@ -46,7 +47,7 @@ func TestIntegrationPauseGrantsNoPermitsAndDeliversNothing(t *testing.T) {
 
 	e.produce(t, topic, 50, 100, 1)
 	// The broker spends the permits granted before the pause, then the backlog stays put.
-	eventually(t, "the old grant spent", func() bool {
+	poll.Eventually(t, "the old grant spent", func() bool {
 		return e.grantSpent(topic, "sub", 1) && e.backlog(t, topic, "sub") >= 100
 	})
 	e.barrier(t, c)
@@ -61,7 +62,7 @@ func TestIntegrationPauseGrantsNoPermitsAndDeliversNothing(t *testing.T) {
 	}
 
 	c.Resume()
-	eventually(t, "every message after resume", func() bool { return col.count() == 150 })
+	poll.Eventually(t, "every message after resume", func() bool { return col.count() == 150 })
 	col.stop()
 	if !slices.IsSorted(col.seqs) || len(col.distinct()) != 150 {
 		t.Fatalf("messages out of order or duplicated: %v", col.seqs)
@@ -78,7 +79,7 @@ func TestIntegrationPauseSurvivesReconnect(t *testing.T) {
 	sessions := e.sessionCount(topic, "sub")
 
 	e.dropConnections()
-	eventually(t, "the reconnected consumer's grant spent", func() bool {
+	poll.Eventually(t, "the reconnected consumer's grant spent", func() bool {
 		return e.sessionCount(topic, "sub") > sessions && e.grantSpent(topic, "sub", 1)
 	})
 	e.barrier(t, c)
@@ -91,7 +92,7 @@ func TestIntegrationPauseSurvivesReconnect(t *testing.T) {
 	}
 
 	c.Resume()
-	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 120 })
+	poll.Eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 120 })
 }
 
 func TestIntegrationZeroQueuePausedKeepsOnePermitEvenOnReconnect(t *testing.T) {
@@ -100,20 +101,20 @@ func TestIntegrationZeroQueuePausedKeepsOnePermitEvenOnReconnect(t *testing.T) {
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", EnableZeroQueueConsumer: true})
 	col := collect(t, c)
 	e.produce(t, topic, 0, 5, 1)
-	eventually(t, "the first messages", func() bool { return col.count() == 5 })
+	poll.Eventually(t, "the first messages", func() bool { return col.count() == 5 })
 	// The collector is back in Receive: one FLOW(1) per message plus the pending one.
-	eventually(t, "the pending receive's permit", func() bool { return e.permits(topic, "sub", 0) == 6 })
+	poll.Eventually(t, "the pending receive's permit", func() bool { return e.permits(topic, "sub", 0) == 6 })
 	// The acks must reach the broker first: a message acked but still in the client's ack
 	// grouping comes back after the reconnect, and the client discards it and returns its
 	// permit itself (FLOW(1) each), which is not the agent granting anything.
-	eventually(t, "the acks on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "the acks on the broker", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	c.Pause()
 	atPause := e.mark()
 
 	e.produce(t, topic, 5, 20, 1)
 	sessions := e.sessionCount(topic, "sub")
 	e.dropConnections()
-	eventually(t, "the consumer reconnected", func() bool {
+	poll.Eventually(t, "the consumer reconnected", func() bool {
 		return e.sessionCount(topic, "sub") > sessions && len(e.liveSessions(topic, "sub")) == 1 && e.backlog(t, topic, "sub") >= 20
 	})
 	e.barrier(t, c)
@@ -131,7 +132,7 @@ func TestIntegrationZeroQueuePausedKeepsOnePermitEvenOnReconnect(t *testing.T) {
 		t.Fatalf("%d messages reached the application while paused", n-5)
 	}
 	c.Resume()
-	eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 25 })
+	poll.Eventually(t, "every message after resume", func() bool { return len(col.distinct()) == 25 })
 }
 
 // Thousands of messages, paused and resumed over and over (with one reconnect while paused):
@@ -146,7 +147,7 @@ func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 100})
 	e.produce(t, topic, 0, total, batch)
 
-	var epoch, violations, attemptsWhilePaused atomic.Int64
+	var w strictWatch
 	seen := make([]atomic.Bool, total)
 	var distinct atomic.Int64
 	stop := make(chan struct{})
@@ -160,18 +161,9 @@ func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 				return
 			default:
 			}
-			ep := epoch.Load()
-			if ep%2 == 1 {
-				attemptsWhilePaused.Add(1)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-			m, err := c.Receive(ctx)
-			cancel()
-			if err != nil {
+			m, ok := w.receive(c)
+			if !ok {
 				continue
-			}
-			if ep%2 == 1 && epoch.Load() == ep {
-				violations.Add(1)
 			}
 			_ = c.Ack(m)
 			if !seen[seqOfMessage(t, m)].Swap(true) {
@@ -186,31 +178,28 @@ func TestIntegrationRepeatedPauseResumeLosesNothing(t *testing.T) {
 			t.Fatalf("only %d of %d messages arrived", distinct.Load(), total)
 		}
 		c.Pause()
-		epoch.Add(1)
+		w.paused()
 		if cycle == 5 {
 			e.dropConnections()
 		}
-		attempts := attemptsWhilePaused.Load()
-		for attemptsWhilePaused.Load() < attempts+2 && distinct.Load() < total && time.Now().Before(deadline) {
-			runtime.Gosched()
-		}
-		epoch.Add(1)
+		w.awaitAttempts(func() bool { return distinct.Load() < total && time.Now().Before(deadline) })
+		w.resuming()
 		c.Resume()
 		for got := distinct.Load(); distinct.Load() < min(got+50, total) && time.Now().Before(deadline); {
 			runtime.Gosched()
 		}
 	}
-	if v := violations.Load(); v != 0 {
+	if v := w.violations.Load(); v != 0 {
 		t.Fatalf("%d messages reached the application while paused", v)
 	}
-	if attemptsWhilePaused.Load() == 0 || cycle < 10 {
-		t.Fatalf("only %d pause cycles, %d receives while paused", cycle, attemptsWhilePaused.Load())
+	if w.attemptsWhilePaused.Load() == 0 || cycle < 10 {
+		t.Fatalf("only %d pause cycles, %d receives while paused", cycle, w.attemptsWhilePaused.Load())
 	}
 	grants := len(e.flows(topic, "sub", 0))
 	if grants < 10 {
 		t.Fatalf("the consumer needed only %d FLOWs for %d messages: too few grants to exercise the gate", grants, total)
 	}
-	t.Logf("%d pause cycles, %d receives attempted while paused, %d FLOWs", cycle, attemptsWhilePaused.Load(), grants)
+	t.Logf("%d pause cycles, %d receives attempted while paused, %d FLOWs", cycle, w.attemptsWhilePaused.Load(), grants)
 }
 
 func TestIntegrationPartitionedTopic(t *testing.T) {
@@ -219,17 +208,17 @@ func TestIntegrationPartitionedTopic(t *testing.T) {
 	e.createPartitioned(t, topic, 3)
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
-	eventually(t, "three initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 3 })
+	poll.Eventually(t, "three initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 3 })
 	c.Pause()
 	atPause := e.mark()
 	e.produce(t, topic, 0, 90, 1)
-	eventually(t, "every partition's grant spent", func() bool { return e.grantSpent(topic, "sub", 3) })
+	poll.Eventually(t, "every partition's grant spent", func() bool { return e.grantSpent(topic, "sub", 3) })
 	e.connectionBarrier(t)
 	if n := len(e.flows(topic, "sub", atPause)); n != 0 || col.count() != 0 {
 		t.Fatalf("while paused: %d FLOWs, %d messages delivered", n, col.count())
 	}
 	c.Resume()
-	eventually(t, "every message", func() bool { return len(col.distinct()) == 90 })
+	poll.Eventually(t, "every message", func() bool { return len(col.distinct()) == 90 })
 }
 
 // A partition added while a partitioned consumer is paused inherits the pause: its consumer
@@ -242,13 +231,13 @@ func TestIntegrationPartitionAppearingWhilePaused(t *testing.T) {
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize,
 		AutoDiscoveryPeriod: 50 * time.Millisecond})
 	col := collectAcking(t, c, false)
-	eventually(t, "two initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 2 })
+	poll.Eventually(t, "two initial grants", func() bool { return len(e.flows(topic, "sub", 0)) == 2 })
 	c.Pause()
 	e.updatePartitions(t, topic, 3)
 	added := topic + "-partition-2"
-	eventually(t, "a consumer on the new partition", func() bool { return len(e.liveSessions(added, "sub")) == 1 })
+	poll.Eventually(t, "a consumer on the new partition", func() bool { return len(e.liveSessions(added, "sub")) == 1 })
 	e.produce(t, topic, 0, 60, 1)
-	eventually(t, "the new partition's grant spent", func() bool { return e.grantSpent(added, "sub", 1) })
+	poll.Eventually(t, "the new partition's grant spent", func() bool { return e.grantSpent(added, "sub", 1) })
 	if n := col.count(); n != 0 {
 		t.Fatalf("%d messages reached the application while paused", n)
 	}
@@ -263,7 +252,7 @@ func TestIntegrationPartitionAppearingWhilePaused(t *testing.T) {
 		}
 	}
 	c.Resume()
-	eventually(t, "every message", func() bool { return len(col.distinct()) == 60 })
+	poll.Eventually(t, "every message", func() bool { return len(col.distinct()) == 60 })
 }
 
 // A topic that appears while a regex consumer is paused inherits the pause.
@@ -277,12 +266,12 @@ func TestIntegrationRegexTopicAppearingWhilePaused(t *testing.T) {
 		AutoDiscoveryPeriod: 50 * time.Millisecond, SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
 	})
 	col := collect(t, c)
-	eventually(t, "the first message", func() bool { return col.count() == 1 })
+	poll.Eventually(t, "the first message", func() bool { return col.count() == 1 })
 	c.Pause()
 
 	second := prefix + "-b"
 	e.produce(t, second, 1, 30, 1)
-	eventually(t, "the new topic's consumer and its grant spent", func() bool { return e.grantSpent(second, "sub", 1) })
+	poll.Eventually(t, "the new topic's consumer and its grant spent", func() bool { return e.grantSpent(second, "sub", 1) })
 	e.connectionBarrier(t)
 	if n := col.count(); n != 1 {
 		t.Fatalf("%d messages of the new topic reached the application while paused", n-1)
@@ -291,21 +280,21 @@ func TestIntegrationRegexTopicAppearingWhilePaused(t *testing.T) {
 		t.Fatalf("new topic FLOWs while paused: %+v, want only the initial grant", flows)
 	}
 	c.Resume()
-	eventually(t, "the new topic's messages", func() bool { return len(col.distinct()) == 31 })
+	poll.Eventually(t, "the new topic's messages", func() bool { return len(col.distinct()) == 31 })
 }
 
 func TestIntegrationMultiTopic(t *testing.T) {
 	e := newEnv(t)
 	a, b := uniqueTopic(t)+"-a", uniqueTopic(t)+"-b"
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topics: []string{a, b}, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
-	eventually(t, "the initial grant on each topic", func() bool { return len(e.flows(a, "sub", 0)) == 1 && len(e.flows(b, "sub", 0)) == 1 })
+	poll.Eventually(t, "the initial grant on each topic", func() bool { return len(e.flows(a, "sub", 0)) == 1 && len(e.flows(b, "sub", 0)) == 1 })
 	c.Pause()
 	atPause := e.mark()
 	e.produce(t, a, 0, 10, 1)
 	e.produce(t, b, 10, 10, 1)
 	ch := c.Chan()
 	for _, topic := range []string{a, b} {
-		eventually(t, "the grant on "+topic+" spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+		poll.Eventually(t, "the grant on "+topic+" spent", func() bool { return e.grantSpent(topic, "sub", 1) })
 	}
 	e.barrier(t, c)
 	select {
@@ -343,14 +332,14 @@ func TestIntegrationStopReturnsMessagesToSharedSibling(t *testing.T) {
 	c := e.subscribe(t, opts)
 	c.Pause()
 	e.produce(t, topic, 0, 50, 1)
-	eventually(t, "all messages buffered in the paused consumer", func() bool { return e.delivered(topic, "sub", 0) == 50 })
+	poll.Eventually(t, "all messages buffered in the paused consumer", func() bool { return e.delivered(topic, "sub", 0) == 50 })
 	sibling := e.subscribeRaw(t, opts)
 
 	c.Stop()
 	if st := c.Status(); st.State != protocol.Stopped || st.Connected {
 		t.Fatalf("status %+v after Stop", st)
 	}
-	got := receiveN(t, sibling, 50)
+	got := testkit.ReceiveAndAck(t, sibling, 50, receiveLimit)
 	if len(got) != 50 {
 		t.Fatalf("sibling got %d messages", len(got))
 	}
@@ -361,7 +350,7 @@ func TestIntegrationStopReturnsMessagesToSharedSibling(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.produce(t, topic, 50, 10, 1)
-	for _, m := range receiveN(t, c, 10) {
+	for _, m := range testkit.ReceiveAndAck(t, c, 10, receiveLimit) {
 		if s := seqOfMessage(t, m); s < 50 {
 			t.Fatalf("restarted consumer got old message %d", s)
 		}
@@ -377,7 +366,7 @@ func TestIntegrationStartGated(t *testing.T) {
 	c := e.subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	col := collect(t, c)
 	e.produce(t, topic, 0, 20, 1)
-	eventually(t, "the initial grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+	poll.Eventually(t, "the initial grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
 	e.barrier(t, c)
 	if col.count() != 0 {
 		t.Fatal("a start-gated consumer delivered before sync")
@@ -386,7 +375,7 @@ func TestIntegrationStartGated(t *testing.T) {
 		t.Fatalf("FLOWs before sync: %+v, want only the initial grant", f)
 	}
 	e.agent.MarkSynced()
-	eventually(t, "messages after sync", func() bool { return col.count() == 20 })
+	poll.Eventually(t, "messages after sync", func() bool { return col.count() == 20 })
 }
 
 // Acks keep working while paused; a nack made while paused is deferred (the broker sees no
@@ -407,7 +396,7 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 		}
 	}
 	c.Nack(got[5])
-	eventually(t, "acks while paused", func() bool { return e.backlog(t, topic, "sub") == 1 })
+	poll.Eventually(t, "acks while paused", func() bool { return e.backlog(t, topic, "sub") == 1 })
 	if n := c.DeferredNacks(); n != 1 {
 		t.Fatalf("%d deferred nacks, want 1", n)
 	}
@@ -420,7 +409,7 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 		t.Fatalf("redelivery requested while paused: %+v", r)
 	}
 	c.Resume()
-	if s := seqOfMessage(t, receiveN(t, c, 1)[0]); s != 5 {
+	if s := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]); s != 5 {
 		t.Fatalf("after resume got %d, want the nacked 5", s)
 	}
 	if n := c.DeferredNacks(); n != 0 {

@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -62,7 +63,7 @@ func TestIntegrationSeekInsideBatchNeverReplaysBeforeTarget(t *testing.T) {
 			}
 			// Everything from the target's entry on is in the client, so that what the broker
 			// sends after the disruption is a second copy.
-			eventually(t, "the entries from the target's on sent", func() bool {
+			poll.Eventually(t, "the entries from the target's on sent", func() bool {
 				return e.delivered(topic, "sub", sought) >= total-target/batch*batch
 			})
 			// The target is received, not acknowledged: its entry is still pending on the broker.
@@ -76,7 +77,7 @@ func TestIntegrationSeekInsideBatchNeverReplaysBeforeTarget(t *testing.T) {
 			// the backlog drains (nothing is stranded by the filter) once the second copy of the
 			// target and everything after it have come.
 			col := collect(t, c)
-			if !within(15*time.Second, func() bool {
+			if !(testkit.Poll{Within: 15 * time.Second, Every: time.Millisecond}).Until(func() bool {
 				seen := col.distinct()
 				for _, s := range seqRange(target, total) {
 					if !seen[s] {
@@ -102,7 +103,7 @@ func TestIntegrationSeekInsideBatchNeverReplaysBeforeTarget(t *testing.T) {
 func awaitEntryAgain(t *testing.T, e *env, since wirerec.Mark) wirerec.MessageID {
 	t.Helper()
 	var id wirerec.MessageID
-	eventually(t, "the broker sending the entry again", func() bool {
+	poll.Eventually(t, "the broker sending the entry again", func() bool {
 		msgs := e.wire.Events(wirerec.Filter{Subscription: "sub", Since: since}, pb.BaseCommand_MESSAGE)
 		if len(msgs) == 0 {
 			return false
@@ -111,18 +112,6 @@ func awaitEntryAgain(t *testing.T, e *env, since wirerec.Mark) wirerec.MessageID
 		return true
 	})
 	return id
-}
-
-// within polls cond until it holds or d has passed.
-func within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // A pause right after a seek into a batch entry, with the entry's messages still in the
@@ -136,7 +125,7 @@ func TestIntegrationSeekInsideBatchThenPauseBeforeTaking(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The target's entry fills the client's channel (channelCapacity messages) before anyone takes.
-	eventually(t, "the target's entry in the client's channel", func() bool {
+	poll.Eventually(t, "the target's entry in the client's channel", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.src != nil && len(c.src) == cap(c.src)
@@ -146,11 +135,11 @@ func TestIntegrationSeekInsideBatchThenPauseBeforeTaking(t *testing.T) {
 		t.Fatalf("%d messages held, at most %d expected", held, channelCapacity)
 	}
 	c.Resume()
-	got := receiveN(t, c, total-target)
+	got := testkit.ReceiveAndAck(t, c, total-target, receiveLimit)
 	for i, m := range got {
 		if s := seqOfMessage(t, m); s != target+i {
 			t.Fatalf("message %d after the seek and the pause: %d, want %d", i, s, target+i)
 		}
 	}
-	eventually(t, "the backlog drained", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "the backlog drained", func() bool { return e.backlog(t, topic, "sub") == 0 })
 }

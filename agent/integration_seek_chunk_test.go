@@ -9,6 +9,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // A seek to an index inside a chunked message (a chunked message carries its last chunk's
@@ -41,12 +42,12 @@ func TestIntegrationSeekIntoAChunkedMessage(t *testing.T) {
 			}
 			indexes := map[int]int64{} // message -> its index (its last chunk's)
 			var order []int            // messages by index
-			for _, m := range receiveN(t, c, n) {
+			for _, m := range testkit.ReceiveAndAck(t, c, n, receiveLimit) {
 				indexes[seqOfMessage(t, m)] = int64(*m.Index())
 				order = append(order, seqOfMessage(t, m))
 			}
 			slices.SortFunc(order, func(a, b int) int { return int(indexes[a] - indexes[b]) })
-			eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
+			poll.Eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 
 			target := order[n/2]
 			index := indexes[target] - int64(chunksPerMessage-1-tc.chunk)
@@ -66,7 +67,7 @@ func TestIntegrationSeekIntoAChunkedMessage(t *testing.T) {
 					want = append(want, m)
 				}
 			}
-			eventually(t, fmt.Sprintf("messages %v and the backlog drained", want), func() bool {
+			poll.Eventually(t, fmt.Sprintf("messages %v and the backlog drained", want), func() bool {
 				return col.count() >= len(want) && e.backlog(t, topic, "sub") == 0
 			})
 			select {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // failingAdmin is a reverse proxy in front of a broker's admin API that answers 500 to every
@@ -61,18 +62,14 @@ func TestIntegrationPartitionedSeekFailingHalfWay(t *testing.T) {
 	e.createPartitioned(t, topic, 3)
 	admin := newFailingAdmin(t, e.adminURL, sanitizePath(topic)+"-partition-1/")
 	a := newTestAgent(t, Options{Name: "partial", AdminURL: admin.URL})
-	c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 	// Partition p holds payloads 1000p + index, in batches of 5; all consumed and acked.
 	part := func(p int) string { return fmt.Sprintf("%s-partition-%d", topic, p) }
 	for p := range 3 {
 		e.produce(t, part(p), 1000*p, 30, 5)
 	}
-	receiveN(t, c, 90)
-	eventually(t, "acks", func() bool { st, ok := e.stats(t, topic, "sub", true); return ok && st.MsgBacklog == 0 })
+	testkit.ReceiveAndAck(t, c, 90, receiveLimit)
+	poll.Eventually(t, "acks", func() bool { st, ok := e.stats(t, topic, "sub", true); return ok && st.MsgBacklog == 0 })
 	// Paused with messages 30..34 of each partition in flight to the gate.
 	c.Pause()
 	for p := range 3 {
@@ -116,7 +113,7 @@ func TestIntegrationPartitionedSeekFailingHalfWay(t *testing.T) {
 func awaitExactly(t *testing.T, e *env, col *collector, topic string, want []int) {
 	t.Helper()
 	want = slices.Sorted(slices.Values(want))
-	eventually(t, fmt.Sprintf("the application to receive %d messages and acknowledge them", len(want)), func() bool {
+	poll.Eventually(t, fmt.Sprintf("the application to receive %d messages and acknowledge them", len(want)), func() bool {
 		st, ok := e.stats(t, topic, "sub", true)
 		return col.count() >= len(want) && ok && st.MsgBacklog == 0
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -109,18 +110,14 @@ func startSlowSeek(t *testing.T) *slowSeekEnv {
 	e := newEnv(t, pulsartest.Options{EntriesPerLedger: entriesPerLedger})
 	s := &slowSeekEnv{env: e, admin: newHoldingAdmin(t, e.adminURL), topic: uniqueTopic(t), seek: make(chan error, 1)}
 	a := newTestAgent(t, Options{Name: "slow-admin", AdminURL: s.admin.URL})
-	c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: s.topic, SubscriptionName: "sub"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: s.topic, SubscriptionName: "sub"})
 	// Cleanups run last first: the held resets go through before the consumer closes, so that
 	// a Close that waits for the seek (the bug) cannot hang the test.
 	t.Cleanup(s.admin.releaseAll)
 	s.c = c
 	e.produce(t, s.topic, 0, 20, 1)
-	receiveN(t, c, 20)
-	eventually(t, "acks", func() bool { return e.backlog(t, s.topic, "sub") == 0 })
+	testkit.ReceiveAndAck(t, c, 20, receiveLimit)
+	poll.Eventually(t, "acks", func() bool { return e.backlog(t, s.topic, "sub") == 0 })
 	go func() {
 		_, err := c.SeekByIndex(context.Background(), 5)
 		s.seek <- err
@@ -193,8 +190,8 @@ func TestIntegrationSlowSeekHoldsUpNoPause(t *testing.T) {
 	}
 	s.admin.releaseAll()
 	await(t, errDone(t, s.seek), "the seek after the reset went through", 15*time.Second)
-	eventually(t, "the consumer subscribed again after the seek", func() bool { return s.subscribesSince(s.marked) > 0 })
-	eventually(t, "the broker sending from the target on", func() bool { return s.delivered(s.topic, "sub", s.marked) >= 15 })
+	poll.Eventually(t, "the consumer subscribed again after the seek", func() bool { return s.subscribesSince(s.marked) > 0 })
+	poll.Eventually(t, "the broker sending from the target on", func() bool { return s.delivered(s.topic, "sub", s.marked) >= 15 })
 	select {
 	case err := <-receiving:
 		t.Fatalf("the application got something while paused after the seek: %v", err)
@@ -231,7 +228,7 @@ func TestIntegrationSlowSeekHoldsUpNoStop(t *testing.T) {
 	if err := s.c.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if got := seqOfMessage(t, receiveN(t, s.c, 1)[0]); got != 5 {
+	if got := seqOfMessage(t, testkit.ReceiveAndAck(t, s.c, 1, receiveLimit)[0]); got != 5 {
 		t.Fatalf("first message after the seek and Run: %d, want 5", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -25,8 +26,8 @@ func consumedTopic(t *testing.T, e *env, n, batch int, opts pulsar.ConsumerOptio
 	opts.Topic, opts.SubscriptionName = topic, "sub"
 	c := e.subscribe(t, opts)
 	e.produce(t, topic, 0, n, batch)
-	receiveN(t, c, n)
-	eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	testkit.ReceiveAndAck(t, c, n, receiveLimit)
+	poll.Eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	return c, topic
 }
 
@@ -70,7 +71,7 @@ func TestIntegrationSeekByIndex(t *testing.T) {
 			if tc.wantFirst == 100 {
 				e.produce(t, topic, 100, 1, 1)
 			}
-			m := receiveN(t, c, 1)[0]
+			m := testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]
 			if got := seqOfMessage(t, m); got != tc.wantFirst || m.Index() == nil || *m.Index() != uint64(tc.wantFirst) {
 				t.Fatalf("first message after seek: payload %d, index %v; want %d", got, m.Index(), tc.wantFirst)
 			}
@@ -85,7 +86,7 @@ func TestIntegrationSeekWhilePaused(t *testing.T) {
 	c, topic := consumedTopic(t, e, 30, 1, pulsar.ConsumerOptions{})
 	ch := c.Chan()
 	e.produce(t, topic, 30, 20, 1)
-	eventually(t, "a message in the pump's hand", func() bool { return e.delivered(topic, "sub", 0) >= 31 })
+	poll.Eventually(t, "a message in the pump's hand", func() bool { return e.delivered(topic, "sub", 0) >= 31 })
 	c.Pause()
 	if _, err := c.SeekByIndex(context.Background(), 12); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestIntegrationSeekStoppedConsumer(t *testing.T) {
 	if err := c.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if got := seqOfMessage(t, receiveN(t, c, 1)[0]); got != 22 {
+	if got := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]); got != 22 {
 		t.Fatalf("first message after seek and run: %d, want 22", got)
 	}
 }
@@ -133,8 +134,8 @@ func TestIntegrationSeekPartitionedTopic(t *testing.T) {
 	for p := range 2 {
 		e.produce(t, fmt.Sprintf("%s-partition-%d", topic, p), 1000*p, 30, 5)
 	}
-	receiveN(t, c, 60)
-	eventually(t, "acks", func() bool {
+	testkit.ReceiveAndAck(t, c, 60, receiveLimit)
+	poll.Eventually(t, "acks", func() bool {
 		st, ok := e.stats(t, topic, "sub", true)
 		return ok && st.MsgBacklog == 0
 	})
@@ -150,7 +151,7 @@ func TestIntegrationSeekPartitionedTopic(t *testing.T) {
 		t.Fatalf("%d probes for two partitions of 6 entries", res.Probes)
 	}
 	var got []int
-	for _, m := range receiveN(t, c, 18+5) {
+	for _, m := range testkit.ReceiveAndAck(t, c, 18+5, receiveLimit) {
 		got = append(got, seqOfMessage(t, m))
 	}
 	slices.Sort(got)
@@ -190,7 +191,7 @@ func TestIntegrationSeekWithoutIndexMetadata(t *testing.T) {
 			if after := b.Subscription(topic, "sub").Cursors; !slices.Equal(before, after) {
 				t.Fatalf("cursor moved: %+v -> %+v", before, after)
 			}
-			if got := seqOfMessage(t, receiveN(t, c, 1)[0]); got != 10 {
+			if got := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]); got != 10 {
 				t.Fatalf("next message %d, want 10", got)
 			}
 		})
@@ -229,7 +230,7 @@ func TestIntegrationSeekLatestRedeliversNothingToSiblings(t *testing.T) {
 				t.Fatalf("after seek to latest: backlog %d (want 0), %d dispatched again", b, d-dispatched)
 			}
 			e.produce(t, topic, 20, 1, 1)
-			eventually(t, "the new message", func() bool { return col.count()+sibCol.count() == 1 })
+			poll.Eventually(t, "the new message", func() bool { return col.count()+sibCol.count() == 1 })
 			if got := append(col.seqsCopy(), sibCol.seqsCopy()...); !slices.Equal(got, []int{20}) {
 				t.Fatalf("after seek to latest the consumers got %v, want only [20]", got)
 			}
@@ -258,8 +259,8 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	standbyName := map[string]string{"one": "two", "two": "one"}[activeName]
 	active, standby := consumers[activeName], consumers[standbyName]
 	e.produce(t, topic, 0, 40, 1)
-	receiveN(t, active, 40)
-	eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	testkit.ReceiveAndAck(t, active, 40, receiveLimit)
+	poll.Eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 
 	if _, err := standby.SeekByIndex(context.Background(), 20); err != nil {
 		t.Fatal(err)
@@ -267,10 +268,10 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	// The reset reconnects both consumers, and the broker may pick either as active again (on a
 	// non-partitioned topic, by the order they subscribe): whichever it is gets 20..39.
 	fromActive, fromStandby := collect(t, active), collect(t, standby)
-	eventually(t, "20..39 once more after the seek", func() bool {
+	poll.Eventually(t, "20..39 once more after the seek", func() bool {
 		return len(fromActive.distinct())+len(fromStandby.distinct()) >= 20
 	})
-	eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	poll.Eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	fromActive.stop()
 	fromStandby.stop()
 	for _, seqs := range [][]int{fromActive.seqsCopy(), fromStandby.seqsCopy()} {
@@ -286,7 +287,7 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	awaitResubscribed(t, e, standbyName, beforeDrop)
 	first := resetToStart(t, e, topic)
 	// The standby becomes active after the broker's failover delay; receiveN waits for it.
-	got := receiveN(t, standby, 40)
+	got := testkit.ReceiveAndAck(t, standby, 40, receiveLimit)
 	if s := seqOfMessage(t, got[0]); s != 0 {
 		t.Fatalf("after the reset to %+v the former standby got %d first, want 0", first, s)
 	}
@@ -301,7 +302,7 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 // kept while CI runs the suite on v0.19 (hack/client-versions.sh), where the race is real.
 func awaitResubscribed(t *testing.T, e *env, name string, since wirerec.Mark) {
 	t.Helper()
-	eventually(t, name+" subscribed again", func() bool {
+	poll.Eventually(t, name+" subscribed again", func() bool {
 		sessions := e.wire.Consumers(wirerec.Filter{Subscription: "sub", ConsumerName: name, Since: since})
 		if len(sessions) == 0 {
 			return false

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // metricSum sums a metric's series as the registry exposes them (0 when it has none).
@@ -45,16 +46,12 @@ func TestIntegrationReceivedWhilePausedCountsZeroQueueArrival(t *testing.T) {
 	e := newEnv(t)
 	a, reg := metricsAgent(t, e)
 	topic := uniqueTopic(t)
-	c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", EnableZeroQueueConsumer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", EnableZeroQueueConsumer: true})
 	// A Receive that gives up leaves its fetch, and the permit it granted, in flight.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := c.Receive(ctx); done <- err }()
-	eventually(t, "the fetch's permit on the wire", func() bool { return e.permits(topic, "sub", 0) == 1 })
+	poll.Eventually(t, "the fetch's permit on the wire", func() bool { return e.permits(topic, "sub", 0) == 1 })
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("received from an empty topic")
@@ -64,7 +61,7 @@ func TestIntegrationReceivedWhilePausedCountsZeroQueueArrival(t *testing.T) {
 		t.Fatalf("%s = %v before any message, want 0", receivedWhilePaused, got)
 	}
 	e.produce(t, topic, 0, 4, 1)
-	eventually(t, "the permit's message held", func() bool { return c.Status().HeldMessages == 1 })
+	poll.Eventually(t, "the permit's message held", func() bool { return c.Status().HeldMessages == 1 })
 	e.barrier(t, c)
 	if got, st := metricSum(t, reg, receivedWhilePaused), c.Status().ReceivedWhilePaused; got != 1 || st != 1 {
 		t.Fatalf("%s = %v (status %d), want exactly 1: one permit, one message", receivedWhilePaused, got, st)
@@ -73,7 +70,7 @@ func TestIntegrationReceivedWhilePausedCountsZeroQueueArrival(t *testing.T) {
 		t.Fatalf("%d messages on the wire while paused, want 1", d)
 	}
 	c.Resume()
-	if got := seqOfMessage(t, receiveN(t, c, 4)[0]); got != 0 {
+	if got := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 4, receiveLimit)[0]); got != 0 {
 		t.Fatalf("first message after resume %d, want the held 0", got)
 	}
 	if got := metricSum(t, reg, receivedWhilePaused); got != 1 {
@@ -88,17 +85,13 @@ func TestIntegrationReceivedWhilePausedStaysZeroForQueuedConsumer(t *testing.T) 
 	e := newEnv(t)
 	a, reg := metricsAgent(t, e)
 	topic := uniqueTopic(t)
-	c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: queueSize})
 	c.Pause()
 	e.produce(t, topic, 0, 50, 1)
-	eventually(t, "the first grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
+	poll.Eventually(t, "the first grant spent", func() bool { return e.grantSpent(topic, "sub", 1) })
 	sessions := e.sessionCount(topic, "sub")
 	e.dropConnections()
-	eventually(t, "the grant after the reconnect spent", func() bool {
+	poll.Eventually(t, "the grant after the reconnect spent", func() bool {
 		return e.sessionCount(topic, "sub") > sessions && e.grantSpent(topic, "sub", 1)
 	})
 	e.barrier(t, c)
@@ -106,7 +99,7 @@ func TestIntegrationReceivedWhilePausedStaysZeroForQueuedConsumer(t *testing.T) 
 		t.Fatalf("%s = %v (status %d), want 0", receivedWhilePaused, got, st)
 	}
 	c.Resume()
-	receiveN(t, c, 50)
+	testkit.ReceiveAndAck(t, c, 50, receiveLimit)
 	if got := metricSum(t, reg, receivedWhilePaused); got != 0 {
 		t.Fatalf("%s = %v after resume, want 0", receivedWhilePaused, got)
 	}
@@ -128,11 +121,7 @@ func TestIntegrationSeekProbesCounterMovesByEachSeeksProbes(t *testing.T) {
 			e := newEnv(t, tc.opts)
 			a, reg := metricsAgent(t, e)
 			topic := uniqueTopic(t)
-			c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
+			c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 			e.produce(t, topic, 0, 200, 4)
 			var total int
 			for _, index := range []int64{0, 37, 150, 199, 5000} {
@@ -154,11 +143,7 @@ func TestIntegrationSeekProbesCounterMovesByEachSeeksProbes(t *testing.T) {
 		e := newEnv(t, pulsartest.Options{DisableIndexMetadata: true})
 		a, reg := metricsAgent(t, e)
 		topic := uniqueTopic(t)
-		c, err := a.Subscribe(e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
+		c := e.subscribeThrough(t, a, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
 		e.produce(t, topic, 0, 10, 1)
 		res, err := c.SeekByIndex(context.Background(), 3)
 		if err == nil || res == nil || res.Probes == 0 {

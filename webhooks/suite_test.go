@@ -30,6 +30,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 
@@ -89,7 +90,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := poll(ctx, time.Minute, func() error { _, err := servedCA(ctx); return err }); err != nil {
+	if err := (testkit.Poll{Within: time.Minute, Every: poll.Every}).UntilNil(func() error { _, err := servedCA(ctx); return err }); err != nil {
 		fmt.Fprintln(os.Stderr, "the self-managed certificate is not in use:", err)
 		return 1
 	}
@@ -276,29 +277,14 @@ func handshake(ca []byte) (*x509.Certificate, error) {
 	return conn.ConnectionState().PeerCertificates[0], nil
 }
 
-// poll calls check until it succeeds or the deadline passes, and returns its last error then.
-func poll(ctx context.Context, timeout time.Duration, check func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-tick.C:
-		}
-	}
-}
+// poll is how the tests wait for the API server and the webhook.
+var poll = testkit.Poll{Within: 30 * time.Second, Every: 50 * time.Millisecond}
 
+// eventually fails t with check's last error unless check returns nil within poll.Within.
 func eventually(t *testing.T, check func() error) {
 	t.Helper()
-	if err := poll(context.Background(), 30*time.Second, check); err != nil {
-		t.Fatal(err)
+	if err := poll.UntilNil(check); err != nil {
+		t.Fatalf("not within %v: %v", poll.Within, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // fleet creates, across two namespaces, three flows labelled db=orders and one db=users, each
@@ -129,7 +130,7 @@ func TestFleetSwitchRBACRefusalChangesNone(t *testing.T) {
 		return result{stdout.String(), stderr.String(), code}
 	}
 	// RBAC takes effect asynchronously in the API server's authorizer cache.
-	eventually(t, "the viewer may patch in "+a, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the viewer may patch in "+a, func() bool {
 		return asViewer("pause", "-l", "db=orders,fleet="+prefix, "-n", a, "--for", "1m").code == 0
 	})
 	mustSucceed(t, "clear", "-l", "db=orders,fleet="+prefix, "-n", a)

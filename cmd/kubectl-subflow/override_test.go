@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func overrides(flow *subflowv1.SubscriptionFlow) map[string]string {
@@ -227,7 +228,7 @@ func grantRead(t *testing.T, user string) {
 		}
 	}
 	// RBAC takes effect asynchronously in the API server's authorizer cache.
-	eventually(t, "the viewer can read flows", 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the viewer can read flows", func() bool {
 		var stdout, stderr bytes.Buffer
 		return run([]string{"list", "-A", "--kubeconfig", viewerKubeconfig}, &stdout, &stderr) == 0
 	})

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // startWait runs `wait` in the background; the returned function waits for its result.
@@ -66,7 +67,7 @@ func TestWaitForPausedReturnsOnceReported(t *testing.T) {
 
 	stderr, finished := startWait(t, "wait", "orders", "--for", "paused", "-n", ns)
 	want := "Waiting for subscriptionflow.subflow.dev/orders to be paused: the override asks for Paused, the effective state is Running\n"
-	eventually(t, "wait announced what it waits for", 10*time.Second, func() bool { return stderr.String() == want })
+	testkit.Eventually(t, 10*time.Second, "wait announced what it waits for", func() bool { return stderr.String() == want })
 
 	setStatus(t, ns, "orders", pausedStatus(subflowv1.StatePaused))
 
@@ -81,7 +82,7 @@ func TestWaitForRunningNeedsReady(t *testing.T) {
 	setStatus(t, ns, "orders", runningStatus(metav1.ConditionFalse))
 
 	stderr, finished := startWait(t, "wait", "orders", "--for", "running", "-n", ns)
-	eventually(t, "wait announced it", 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "wait announced it", func() bool {
 		return strings.Contains(stderr.String(), "to be running: Ready=False (ConsumersConverging): 1 of 2 consumers not yet running")
 	})
 
@@ -140,7 +141,7 @@ func TestWaitFailsWhenTheFlowIsDeleted(t *testing.T) {
 	flow := newFlow(t, ns, "orders", nil)
 
 	stderr, finished := startWait(t, "wait", "orders", "--for", "running", "-n", ns)
-	eventually(t, "wait started", 10*time.Second, func() bool { return stderr.String() != "" })
+	testkit.Eventually(t, 10*time.Second, "wait started", func() bool { return stderr.String() != "" })
 	if err := k8s.Delete(context.Background(), flow); err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // TestInteractiveKeepsProducingAndStopsWithGoRun runs the demo as a person would
@@ -44,14 +47,13 @@ func TestInteractiveKeepsProducingAndStopsWithGoRun(t *testing.T) {
 		for range lines { // keep draining so that the demo never blocks on its output
 		}
 	}()
-	stopBy := time.Now().Add(time.Minute)
-	for _, pid := range family {
-		for alive(pid) {
-			if time.Now().After(stopBy) {
-				t.Fatalf("process %d (%s) still runs after SIGTERM to go run", pid, command(pid))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	var running []int
+	stopped := testkit.Poll{Within: time.Minute, Every: 100 * time.Millisecond}.Until(func() bool {
+		running = slices.DeleteFunc(slices.Clone(family), func(pid int) bool { return !alive(pid) })
+		return len(running) == 0
+	})
+	if !stopped {
+		t.Fatalf("process %d (%s) still runs after SIGTERM to go run", running[0], command(running[0]))
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // TestMonitoringQueriesReturnSeries scrapes the demo's controller and agents with a real
@@ -219,17 +220,16 @@ func startPrometheus(t *testing.T, binary string, w *world) *promServer {
 		}
 	})
 	p := &promServer{url: "http://" + addr}
-	deadline := time.Now().Add(30 * time.Second)
-	for !p.ready() {
+	ready := testkit.Poll{Within: 30 * time.Second, Every: 100 * time.Millisecond}.Until(func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus exited:\n%s", out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 30s:\n%s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return p.ready()
+	})
+	if !ready {
+		t.Fatalf("prometheus not ready after 30s:\n%s", out.String())
 	}
 	return p
 }
@@ -297,9 +297,8 @@ func (p *promServer) series(promQL string) (int, error) {
 // never did within timeout. A query Prometheus rejects fails the test at once.
 func (p *promServer) waitForSeries(t *testing.T, queries []query, timeout time.Duration) []query {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	pending := queries
-	for {
+	testkit.Poll{Within: timeout, Every: 250 * time.Millisecond}.Until(func() bool {
 		var still []query
 		for _, q := range pending {
 			n, err := p.series(q.promQL)
@@ -310,12 +309,10 @@ func (p *promServer) waitForSeries(t *testing.T, queries []query, timeout time.D
 				still = append(still, q)
 			}
 		}
-		if len(still) == 0 || time.Now().After(deadline) {
-			return still
-		}
 		pending = still
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(still) == 0
+	})
+	return pending
 }
 
 // waitForTargets waits until Prometheus scrapes n targets successfully.

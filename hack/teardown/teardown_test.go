@@ -5,7 +5,6 @@ package teardown
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,7 @@ import (
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 const token = "teardown-token"
@@ -157,7 +157,7 @@ func (c *cluster) pausedPod() *podsim.Pod {
 	must(c.t, c.k8s.Create(ctx, &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "ingest"},
 		Spec: subflowv1.SubscriptionFlowSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "worker"}},
 			Subscription: "ingest", State: subflowv1.StatePaused}}))
-	eventually(c.t, "the consumer paused", func() bool { return p.Consumer.State() == protocol.Paused })
+	poll.Eventually(c.t, "the consumer paused", func() bool { return p.Consumer.State() == protocol.Paused })
 	return p
 }
 
@@ -216,7 +216,7 @@ func TestUndeployThenUninstallResumesPodsAndRemovesTheCRD(t *testing.T) {
 	if p.Consumer.State() != protocol.Running {
 		t.Fatalf("after make undeploy the consumer is %s, want Running", p.Consumer.State())
 	}
-	eventually(t, "the CRD gone", c.crdGone)
+	poll.Eventually(t, "the CRD gone", c.crdGone)
 	if out, err := c.make(nil, "uninstall"); err != nil {
 		t.Fatalf("make uninstall after undeploy: %v\n%s", err, out)
 	}
@@ -252,7 +252,7 @@ func TestUninstallWithoutAControllerNeverStrandsTheCRD(t *testing.T) {
 	if out, err := c.make(nil, "install"); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
-	eventually(t, "the CRD served", func() bool {
+	poll.Eventually(t, "the CRD served", func() bool {
 		return c.k8s.List(context.Background(), &subflowv1.SubscriptionFlowList{}) == nil
 	})
 	stop = c.startController()
@@ -266,20 +266,12 @@ func TestUninstallWithoutAControllerNeverStrandsTheCRD(t *testing.T) {
 	}
 }
 
+// poll is how the tests wait for the API server and the controller.
+var poll = testkit.Poll{Within: 30 * time.Second, Every: 20 * time.Millisecond}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

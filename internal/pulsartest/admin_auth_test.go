@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func doAs(t *testing.T, token, method, url, body string) int {
@@ -66,7 +68,7 @@ func TestAdminTokenCheckedBeforeAndAfterARedirect(t *testing.T) {
 	if err := cl.MoveTopic("sec", 1); err != nil {
 		t.Fatal(err)
 	}
-	parkSubscription(t, clientOf(t, cl.Broker(0).ServiceURL()), "sec")
+	parkSubscription(t, testkit.NewClient(t, cl.Broker(0).ServiceURL()), "sec")
 	url := cl.Broker(0).AdminURL() + topicPath("sec") + "/stats"
 	if got := doAs(t, "", http.MethodGet, url, ""); got != http.StatusUnauthorized {
 		t.Fatalf("non-owner without credentials: %d, want 401", got)

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
 	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func newAdmin(t *testing.T, b *Broker) admin.Client {
@@ -56,8 +58,8 @@ func get(t *testing.T, url string) (*http.Response, []byte) {
 func TestAdminInternalStatsShowLedgers(t *testing.T) {
 	b := Start(t, Options{EntriesPerLedger: 4})
 	c := newClient(t, b)
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "stats-ledgers", SubscriptionName: "sub"})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "stats-ledgers", DisableBatching: true}), "m", 10)
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "stats-ledgers", SubscriptionName: "sub"})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "stats-ledgers", DisableBatching: true}), "m", 10)
 
 	st, err := newAdmin(t, b).Topics().GetInternalStats(adminTopic(t, "stats-ledgers"))
 	if err != nil {
@@ -83,8 +85,8 @@ func TestAdminInternalStatsShowLedgers(t *testing.T) {
 func TestAdminMessageByIDCarriesBrokerEntryHeaders(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "by-id", BatchingMaxMessages: 5, BatchingMaxPublishDelay: time.Hour})
-	produceAsync(t, p, "m", 10, nil) // two entries of five
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "by-id", BatchingMaxMessages: 5, BatchingMaxPublishDelay: time.Hour})
+	testkit.ProduceAsync(t, p, "m", 10, nil) // two entries of five
 	st, err := newAdmin(t, b).Topics().GetInternalStats(adminTopic(t, "by-id"))
 	if err != nil || st.NumberOfEntries != 2 {
 		t.Fatalf("stats %+v, %v", st, err)
@@ -128,7 +130,7 @@ func TestAdminMessageIDByIndex(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := Start(t, tc.opts)
 			c := newClient(t, b)
-			ids := produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "by-index", DisableBatching: true}), "m", 5)
+			ids := testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "by-index", DisableBatching: true}), "m", 5)
 			resp, body := get(t, b.AdminURL()+"/admin/v2/persistent/public/default/by-index/getMessageIdByIndex?index=3")
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
@@ -153,21 +155,21 @@ func TestAdminMessageIDByIndex(t *testing.T) {
 func TestAdminResetCursorAndStats(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "reset", SubscriptionName: "sub", Name: "c1", ReceiverQueueSize: 20})
-	ids := produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "reset", DisableBatching: true}), "m", 10)
-	receive(t, cons, 10, true)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "reset", SubscriptionName: "sub", Name: "c1", ReceiverQueueSize: 20})
+	ids := testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "reset", DisableBatching: true}), "m", 10)
+	testkit.ReceiveAndAck(t, cons, 10, waitFor)
 	adm := newAdmin(t, b)
-	eventually(t, "acks applied", func() bool { return b.Subscription("reset", "sub").Backlog == 0 })
+	testkit.Eventually(t, waitFor, "acks applied", func() bool { return b.Subscription("reset", "sub").Backlog == 0 })
 
 	target := utils.MessageID{LedgerID: ids[6].LedgerID(), EntryID: ids[6].EntryID(), PartitionIndex: -1}
 	if err := adm.Subscriptions().ResetCursorToMessageID(adminTopic(t, "reset"), "sub", target); err != nil {
 		t.Fatal(err)
 	}
-	if got := payloads(receive(t, cons, 4, true)); got[0] != "m-6" {
+	if got := payloads(testkit.ReceiveAndAck(t, cons, 4, waitFor)); got[0] != "m-6" {
 		t.Fatalf("after reset got %v", got)
 	}
 	var stats utils.TopicStats
-	eventually(t, "stats settle", func() bool {
+	testkit.Eventually(t, waitFor, "stats settle", func() bool {
 		var err error
 		stats, err = adm.Topics().GetStats(adminTopic(t, "reset"))
 		return err == nil && len(stats.Subscriptions["sub"].Consumers) == 1 && stats.Subscriptions["sub"].MsgBacklog == 0
@@ -251,7 +253,7 @@ func TestAdminUpdatePartitionedTopic(t *testing.T) {
 	mustDo(t, http.MethodPost, url, "3", http.StatusConflict) // not partitioned
 	mustDo(t, http.MethodPut, url, "1", http.StatusNoContent)
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "upd", SubscriptionName: "sub", AutoDiscoveryPeriod: 50 * time.Millisecond})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "upd", SubscriptionName: "sub", AutoDiscoveryPeriod: 50 * time.Millisecond})
 	for _, bad := range []struct {
 		body string
 		code int
@@ -268,14 +270,10 @@ func TestAdminUpdatePartitionedTopic(t *testing.T) {
 		t.Fatalf("partition metadata after the update: %+v", meta)
 	}
 	// The consumer subscribes to the new partition; a message there reaches it.
-	deadline := time.Now().Add(waitFor)
-	for len(b.Subscription("persistent://public/default/upd-partition-1", "sub").Consumers) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the consumer did not subscribe to the new partition")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "upd-partition-1"}), "new", 1)
+	testkit.Eventually(t, waitFor, "the consumer subscribed to the new partition", func() bool {
+		return len(b.Subscription("persistent://public/default/upd-partition-1", "sub").Consumers) > 0
+	})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "upd-partition-1"}), "new", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if m, err := cons.Receive(ctx); err != nil || string(m.Payload()) != "new-0" {

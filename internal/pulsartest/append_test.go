@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // Appended entries are stored like produced ones: a consumer gets every message of every batch
@@ -14,7 +16,7 @@ import (
 func TestAppendEntriesAreConsumedLikeProducedOnes(t *testing.T) {
 	b := Start(t, Options{EntriesPerLedger: 10})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "filled", SubscriptionName: "sub",
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "filled", SubscriptionName: "sub",
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
 	if err := b.AppendEntries("filled", 25, 4); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // BenchmarkProduceConsume measures messages per second through the broker:
@@ -16,8 +18,8 @@ func BenchmarkProduceConsume(b *testing.B) {
 		b.Run(fmt.Sprintf("batching=%v", batching), func(b *testing.B) {
 			broker := Start(b)
 			c := newClient(b, broker)
-			cons := subscribe(b, c, pulsar.ConsumerOptions{Topic: "bench", SubscriptionName: "sub"})
-			p := newProducer(b, c, pulsar.ProducerOptions{Topic: "bench", DisableBatching: !batching})
+			cons := testkit.Subscribe(b, c, pulsar.ConsumerOptions{Topic: "bench", SubscriptionName: "sub"})
+			p := testkit.NewProducer(b, c, pulsar.ProducerOptions{Topic: "bench", DisableBatching: !batching})
 			payload := make([]byte, 100)
 			b.ResetTimer()
 			start := time.Now()

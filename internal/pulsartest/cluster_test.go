@@ -9,25 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
-
-func clientOf(t testing.TB, serviceURL string) pulsar.Client {
-	t.Helper()
-	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL: serviceURL, OperationTimeout: 15 * time.Second, ConnectionTimeout: 5 * time.Second, Logger: log.DefaultNopLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
 
 // clientsOn counts the producers and consumers connected to one broker.
 func clientsOn(b *Broker) (producers, consumers int) {
@@ -56,10 +43,10 @@ func TestClusterServesATopicFromItsOwnerWhateverTheServiceURL(t *testing.T) {
 			if err := cl.MoveTopic(topic, tc.owner); err != nil {
 				t.Fatal(err)
 			}
-			c := clientOf(t, cl.Broker(tc.serviceURL).ServiceURL())
-			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
-			produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: topic}), "m", 10)
-			if got := payloads(receive(t, cons, 10, true)); got[0] != "m-0" || got[9] != "m-9" {
+			c := testkit.NewClient(t, cl.Broker(tc.serviceURL).ServiceURL())
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub"})
+			testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: topic}), "m", 10)
+			if got := payloads(testkit.ReceiveAndAck(t, cons, 10, waitFor)); got[0] != "m-0" || got[9] != "m-9" {
 				t.Fatalf("received %v", got)
 			}
 			if got := cl.Owner(topic); got != tc.owner {
@@ -140,7 +127,7 @@ func TestClusterNonOwnerRefusesProducersAndConsumers(t *testing.T) {
 	if err := cl.MoveTopic("refused", 1); err != nil {
 		t.Fatal(err)
 	}
-	produce(t, newProducer(t, clientOf(t, cl.Broker(1).ServiceURL()), pulsar.ProducerOptions{Topic: "refused"}), "m", 1)
+	testkit.Produce(t, testkit.NewProducer(t, testkit.NewClient(t, cl.Broker(1).ServiceURL()), pulsar.ProducerOptions{Topic: "refused"}), "m", 1)
 	rc := dialRaw(t, cl.Broker(0))
 	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
 		Topic: ptr("refused"), ProducerId: ptr(uint64(1)), RequestId: ptr(uint64(11)),
@@ -168,7 +155,7 @@ func TestClusterAdminCallToNonOwnerRedirectsToTheOwner(t *testing.T) {
 	if err := cl.MoveTopic("adm", 2); err != nil {
 		t.Fatal(err)
 	}
-	produce(t, newProducer(t, clientOf(t, cl.Broker(0).ServiceURL()), pulsar.ProducerOptions{Topic: "adm"}), "m", 3)
+	testkit.Produce(t, testkit.NewProducer(t, testkit.NewClient(t, cl.Broker(0).ServiceURL()), pulsar.ProducerOptions{Topic: "adm"}), "m", 3)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, from := range []int{0, 1} {
 		path := "/admin/v2/persistent/public/default/adm/stats?getEarliestTimeInBacklog=true"
@@ -202,9 +189,9 @@ func TestClusterMoveTopicMidStreamLosesNoMessage(t *testing.T) {
 	if err := cl.MoveTopic(topic, 1); err != nil {
 		t.Fatal(err)
 	}
-	c := clientOf(t, cl.Broker(0).ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared})
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic})
+	c := testkit.NewClient(t, cl.Broker(0).ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: topic})
 
 	// The producer moves the topic when a third is sent and moves it back
 	// at two thirds: both the producer and the consumer are mid-stream then.
@@ -266,16 +253,16 @@ func TestClusterPartitionsOwnedByDifferentBrokers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := clientOf(t, cl.Broker(1).ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "spread", SubscriptionName: "sub"})
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "spread", DisableBatching: true})
+	c := testkit.NewClient(t, cl.Broker(1).ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "spread", SubscriptionName: "sub"})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "spread", DisableBatching: true})
 	for i := range 20 {
 		msg := &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i), Payload: []byte(fmt.Sprintf("m-%d", i))}
 		if _, err := p.Send(context.Background(), msg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := receive(t, cons, 20, true)
+	got := testkit.ReceiveAndAck(t, cons, 20, waitFor)
 	partitions := map[int32]bool{}
 	for _, m := range got {
 		partitions[m.ID().PartitionIdx()] = true

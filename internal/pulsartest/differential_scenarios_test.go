@@ -346,32 +346,49 @@ func (tg *diffTarget) resetTo(topic, sub string, id pulsar.MessageID, extra stri
 	return status
 }
 
-// Reset-cursor on Shared closes every consumer, before the call returns.
-func diffResetShared(tg *diffTarget, o *observation) {
-	topic := tg.topic("reset-shared")
-	f := wirerec.Filter{Topic: topic}
+// subscribeAB subscribes consumers "a" and "b" of the given kind to subscription "sub".
+func (tg *diffTarget) subscribeAB(topic string, kind pulsar.SubscriptionType) map[string]pulsar.Consumer {
 	consumers := map[string]pulsar.Consumer{}
 	for _, name := range []string{"a", "b"} {
-		consumers[name] = tg.subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Name: name, Type: pulsar.Shared, ReceiverQueueSize: 40})
+		consumers[name] = tg.subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Name: name, Type: kind, ReceiverQueueSize: 40})
 	}
-	tg.eventually("both granted", func() bool { return len(tg.rec.Flows(f)) >= 2 })
-	ids := tg.sendN(tg.producer(topic, 0), "m", 3)
-	tg.drain(consumers, 3)
-	tg.eventually("acks applied", func() bool { return tg.subStats(topic, "sub").MsgBacklog == 0 })
+	return consumers
+}
+
+// resetObserved resets subscription "sub" of topic to id and observes the answer's status and
+// the consumers the broker closed before the answer to a request sent after the reset
+// returned. It returns the wire's mark from just before the reset, and closed: the consumers
+// (as label names them) the broker has closed since.
+func (tg *diffTarget) resetObserved(o *observation, topic string, id pulsar.MessageID, label func(consumer string) string) (mark wirerec.Mark, closed func() string) {
+	tg.t.Helper()
 	witness := tg.witness()
-	mark := tg.rec.Mark()
+	mark = tg.rec.Mark()
 	since := wirerec.Filter{Topic: topic, Since: mark}
-	o.set("reset status", "%d", tg.resetTo(topic, "sub", ids[0], ""))
-	closed := func() string {
+	o.set("reset status", "%d", tg.resetTo(topic, "sub", id, ""))
+	closed = func() string {
 		var names []string
 		for _, e := range tg.events(since, wirerec.FromBroker, pb.BaseCommand_CLOSE_CONSUMER) {
-			names = append(names, e.Consumer.Name)
+			names = append(names, label(e.Consumer.Name))
 		}
 		slices.Sort(names)
 		return listOrNone(names)
 	}
 	tg.barrier(witness)
 	o.set("closed before the answer to a request sent after the reset returned", "%s", closed())
+	return mark, closed
+}
+
+// Reset-cursor on Shared closes every consumer, before the call returns.
+func diffResetShared(tg *diffTarget, o *observation) {
+	topic := tg.topic("reset-shared")
+	f := wirerec.Filter{Topic: topic}
+	consumers := tg.subscribeAB(topic, pulsar.Shared)
+	tg.eventually("both granted", func() bool { return len(tg.rec.Flows(f)) >= 2 })
+	ids := tg.sendN(tg.producer(topic, 0), "m", 3)
+	tg.drain(consumers, 3)
+	tg.eventually("acks applied", func() bool { return tg.subStats(topic, "sub").MsgBacklog == 0 })
+	mark, closed := tg.resetObserved(o, topic, ids[0], func(name string) string { return name })
+	since := wirerec.Filter{Topic: topic, Since: mark}
 	tg.eventually("both re-subscribed and the 3 messages redelivered", func() bool {
 		names := map[string]bool{}
 		for _, e := range tg.rec.Flows(since) {
@@ -400,10 +417,7 @@ func (tg *diffTarget) activeNow(f wirerec.Filter) string {
 func diffResetFailover(tg *diffTarget, o *observation) {
 	topic := tg.topic("reset-fo")
 	f := wirerec.Filter{Topic: topic}
-	consumers := map[string]pulsar.Consumer{}
-	for _, name := range []string{"a", "b"} {
-		consumers[name] = tg.subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Name: name, Type: pulsar.Failover, ReceiverQueueSize: 40})
-	}
+	consumers := tg.subscribeAB(topic, pulsar.Failover)
 	tg.eventually("an active consumer", func() bool { return tg.activeNow(f) != "" })
 	active := tg.activeNow(f)
 	standby := map[string]string{"a": "b", "b": "a"}[active]
@@ -411,20 +425,8 @@ func diffResetFailover(tg *diffTarget, o *observation) {
 	ids := tg.sendN(tg.producer(topic, 0), "m", 3)
 	tg.receive(consumers[active], 3, true)
 	tg.eventually("acks applied", func() bool { return tg.subStats(topic, "sub").MsgBacklog == 0 })
-	witness := tg.witness()
-	mark := tg.rec.Mark()
+	mark, closed := tg.resetObserved(o, topic, ids[0], func(name string) string { return role[name] })
 	since := wirerec.Filter{Topic: topic, Since: mark}
-	o.set("reset status", "%d", tg.resetTo(topic, "sub", ids[0], ""))
-	closed := func() string {
-		var names []string
-		for _, e := range tg.events(since, wirerec.FromBroker, pb.BaseCommand_CLOSE_CONSUMER) {
-			names = append(names, role[e.Consumer.Name])
-		}
-		slices.Sort(names)
-		return listOrNone(names)
-	}
-	tg.barrier(witness)
-	o.set("closed before the answer to a request sent after the reset returned", "%s", closed())
 	tg.eventually("the active consumer got the 3 messages again", func() bool {
 		return tg.rec.Delivered(wirerec.Filter{Topic: topic, Since: mark, ConsumerName: active}) == 3
 	})

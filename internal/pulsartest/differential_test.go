@@ -20,6 +20,7 @@ import (
 	"github.com/subflow-dev/subflow/internal/wirerec"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // Differential fidelity: every scenario below runs on this package's broker
@@ -245,7 +246,7 @@ func newRealTarget(t *testing.T, url, admin, version, run string) *diffTarget {
 }
 
 func newDiffTarget(t *testing.T, name string, rec *wirerec.Proxy, admin string, b *Broker, run string) *diffTarget {
-	c := newClientOf(t, rec.ServiceURL())
+	c := testkit.NewClient(t, rec.ServiceURL())
 	return &diffTarget{
 		t: t, name: name, real: b == nil, rec: rec, adminURL: admin, client: c, broker: b,
 		suffix: run, ledgers: map[int64]string{},
@@ -300,14 +301,7 @@ func (tg *diffTarget) eventually(what string, cond func() bool) {
 
 // poll polls cond until it holds or d passes, and tells which.
 func (tg *diffTarget) poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	return testkit.Poll{Within: d, Every: 10 * time.Millisecond}.Until(cond)
 }
 
 func (tg *diffTarget) subscribe(opts pulsar.ConsumerOptions) pulsar.Consumer {
@@ -398,25 +392,13 @@ func payloadsN(prefix string, n int) []*pulsar.ProducerMessage {
 	return msgs
 }
 
-// receive takes n messages, acking each when ack is set.
+// receive takes n messages, acking each when ack is set (the target's subtest names the target).
 func (tg *diffTarget) receive(c pulsar.Consumer, n int, ack bool) []pulsar.Message {
 	tg.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), diffWait)
-	defer cancel()
-	out := make([]pulsar.Message, 0, n)
-	for len(out) < n {
-		m, err := c.Receive(ctx)
-		if err != nil {
-			tg.t.Fatalf("%s: received %d of %d: %v", tg.name, len(out), n, err)
-		}
-		if ack {
-			if err := c.Ack(m); err != nil {
-				tg.t.Fatalf("%s: ack: %v", tg.name, err)
-			}
-		}
-		out = append(out, m)
+	if ack {
+		return testkit.ReceiveAndAck(tg.t, c, n, diffWait)
 	}
-	return out
+	return testkit.Receive(tg.t, c, n, diffWait)
 }
 
 // drain receives n messages from several consumers, acking each, and

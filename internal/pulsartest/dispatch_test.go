@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func TestExclusiveRefusesSecondConsumer(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "excl", SubscriptionName: "sub", Type: pulsar.Exclusive})
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "excl", SubscriptionName: "sub", Type: pulsar.Exclusive})
 	second, err := c.Subscribe(pulsar.ConsumerOptions{Topic: "excl", SubscriptionName: "sub", Type: pulsar.Exclusive})
 	if err == nil {
 		second.Close()
@@ -29,11 +31,11 @@ func TestSharedSpreadsMessagesByPermits(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	opts := pulsar.ConsumerOptions{Topic: "shared", SubscriptionName: "sub", Type: pulsar.Shared, ReceiverQueueSize: 5}
-	first := subscribe(t, c, opts)
-	second := subscribe(t, c, opts)
-	eventually(t, "both consumers granted permits", func() bool { return len(b.Flows("shared", "sub")) >= 2 })
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "shared", DisableBatching: true})
-	produce(t, p, "m", 40)
+	first := testkit.Subscribe(t, c, opts)
+	second := testkit.Subscribe(t, c, opts)
+	testkit.Eventually(t, waitFor, "both consumers granted permits", func() bool { return len(b.Flows("shared", "sub")) >= 2 })
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "shared", DisableBatching: true})
+	testkit.Produce(t, p, "m", 40)
 	got := map[string]bool{}
 	counts := [2]int{}
 	drain(t, []pulsar.Consumer{first, second}, func(i int, m pulsar.Message) bool {
@@ -54,22 +56,22 @@ func TestFailoverDispatchesToOneActiveConsumer(t *testing.T) {
 	byName := map[string]pulsar.Consumer{}
 	for _, name := range []string{"a", "b"} {
 		opts.Name = name
-		byName[name] = subscribe(t, c, opts)
+		byName[name] = testkit.Subscribe(t, c, opts)
 	}
 	// Which one is active is the broker's choice (a hash ring of the names
 	// probed with the topic name), not the join order.
 	activeName := activeConsumer(t, b, "failover", "sub")
 	standbyName := map[string]string{"a": "b", "b": "a"}[activeName]
 	active, standby := byName[activeName], byName[standbyName]
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "failover"})
-	produce(t, p, "m", 10)
-	receive(t, active, 10, true)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "failover"})
+	testkit.Produce(t, p, "m", 10)
+	testkit.ReceiveAndAck(t, active, 10, waitFor)
 	expectNothing(t, standby, 200*time.Millisecond)
 
 	// Closing the active consumer hands the subscription to the standby.
 	active.Close()
-	produce(t, p, "n", 5)
-	if got := payloads(receive(t, standby, 5, true)); got[0] != "n-0" {
+	testkit.Produce(t, p, "n", 5)
+	if got := payloads(testkit.ReceiveAndAck(t, standby, 5, waitFor)); got[0] != "n-0" {
 		t.Fatalf("standby got %v", got)
 	}
 	checkInvariant(t, b)
@@ -80,7 +82,7 @@ func TestFailoverDispatchesToOneActiveConsumer(t *testing.T) {
 func activeConsumer(t testing.TB, b *Broker, topic, sub string) string {
 	t.Helper()
 	var name string
-	eventually(t, "an active consumer", func() bool {
+	testkit.Eventually(t, waitFor, "an active consumer", func() bool {
 		for _, cs := range b.Subscription(topic, sub).Consumers {
 			if cs.Active {
 				name = cs.Name
@@ -96,9 +98,9 @@ func TestKeySharedKeepsAKeyOnOneConsumer(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	opts := pulsar.ConsumerOptions{Topic: "keyed", SubscriptionName: "sub", Type: pulsar.KeyShared}
-	consumers := []pulsar.Consumer{subscribe(t, c, opts), subscribe(t, c, opts)}
-	eventually(t, "both consumers granted permits", func() bool { return len(b.Flows("keyed", "sub")) >= 2 })
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "keyed", DisableBatching: true})
+	consumers := []pulsar.Consumer{testkit.Subscribe(t, c, opts), testkit.Subscribe(t, c, opts)}
+	testkit.Eventually(t, waitFor, "both consumers granted permits", func() bool { return len(b.Flows("keyed", "sub")) >= 2 })
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "keyed", DisableBatching: true})
 	for i := 0; i < 60; i++ {
 		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i%6), Payload: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
@@ -123,14 +125,14 @@ func TestPartitionedTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "persistent://public/default/parts", SubscriptionName: "sub", Type: pulsar.Shared})
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "parts", DisableBatching: true})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "persistent://public/default/parts", SubscriptionName: "sub", Type: pulsar.Shared})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "parts", DisableBatching: true})
 	for i := 0; i < 30; i++ {
 		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Key: fmt.Sprint(i), Payload: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	msgs := receive(t, cons, 30, true)
+	msgs := testkit.ReceiveAndAck(t, cons, 30, waitFor)
 	partitions := map[string]bool{}
 	for _, m := range msgs {
 		partitions[m.Topic()] = true
@@ -148,7 +150,7 @@ func TestPartitionedTopic(t *testing.T) {
 	if got := len(b.Flows("parts-partition-1", "sub")); got == 0 {
 		t.Fatal("no flows recorded for one partition")
 	}
-	eventually(t, "aggregated backlog drained", func() bool { return b.Subscription("parts", "sub").Backlog == 0 })
+	testkit.Eventually(t, waitFor, "aggregated backlog drained", func() bool { return b.Subscription("parts", "sub").Backlog == 0 })
 	if st := b.Subscription("parts", "sub"); len(st.Consumers) != 3 || st.Acked != 30 {
 		t.Fatalf("aggregated stats %+v", st)
 	}
@@ -160,13 +162,13 @@ func TestBatchingAndIndexAcrossLedgers(t *testing.T) {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			b := Start(t, Options{EntriesPerLedger: 3})
 			c := newClient(t, b)
-			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "idx", SubscriptionName: "sub"})
-			p := newProducer(t, c, pulsar.ProducerOptions{
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "idx", SubscriptionName: "sub"})
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{
 				Topic: "idx", DisableBatching: !batching,
 				BatchingMaxMessages: 4, BatchingMaxPublishDelay: time.Hour,
 			})
-			produceAsync(t, p, "m", 20, nil)
-			msgs := receive(t, cons, 20, true)
+			testkit.ProduceAsync(t, p, "m", 20, nil)
+			msgs := testkit.ReceiveAndAck(t, cons, 20, waitFor)
 			ledgers := map[int64]bool{}
 			batched := false
 			for i, m := range msgs {
@@ -189,7 +191,7 @@ func TestBatchingAndIndexAcrossLedgers(t *testing.T) {
 				t.Fatalf("batched=%v, want %v", batched, batching)
 			}
 			// A batch entry is acknowledged once all its messages are.
-			eventually(t, "backlog drained", func() bool { return b.Subscription("idx", "sub").Backlog == 0 })
+			testkit.Eventually(t, waitFor, "backlog drained", func() bool { return b.Subscription("idx", "sub").Backlog == 0 })
 			if st := b.Subscription("idx", "sub"); st.Acked != 20 {
 				t.Fatalf("acked %d messages", st.Acked)
 			}
@@ -200,9 +202,9 @@ func TestBatchingAndIndexAcrossLedgers(t *testing.T) {
 func TestNoIndexMetadata(t *testing.T) {
 	b := Start(t, Options{DisableIndexMetadata: true})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "noidx", SubscriptionName: "sub"})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "noidx"}), "m", 2)
-	for _, m := range receive(t, cons, 2, true) {
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "noidx", SubscriptionName: "sub"})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "noidx"}), "m", 2)
+	for _, m := range testkit.ReceiveAndAck(t, cons, 2, waitFor) {
 		if m.Index() != nil {
 			t.Fatalf("index %d without index metadata", *m.Index())
 		}
@@ -213,14 +215,14 @@ func TestUnackedMessagesOfClosedConsumerAreRedelivered(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	opts := pulsar.ConsumerOptions{Topic: "redeliver", SubscriptionName: "sub", Type: pulsar.Shared, ReceiverQueueSize: 4}
-	first := subscribe(t, c, opts)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "redeliver", DisableBatching: true})
-	produce(t, p, "m", 3)
-	receive(t, first, 3, false)
+	first := testkit.Subscribe(t, c, opts)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "redeliver", DisableBatching: true})
+	testkit.Produce(t, p, "m", 3)
+	testkit.Receive(t, first, 3, waitFor)
 	first.Close()
 
-	second := subscribe(t, c, opts)
-	msgs := receive(t, second, 3, true)
+	second := testkit.Subscribe(t, c, opts)
+	msgs := testkit.ReceiveAndAck(t, second, 3, waitFor)
 	for _, m := range msgs {
 		// Re-queueing a closed consumer's messages is not a redelivery
 		// (PersistentDispatcherMultipleConsumers.removeConsumer does not call
@@ -229,20 +231,20 @@ func TestUnackedMessagesOfClosedConsumerAreRedelivered(t *testing.T) {
 			t.Fatalf("%s redelivery count %d", m.Payload(), m.RedeliveryCount())
 		}
 	}
-	eventually(t, "backlog drained", func() bool { return b.Subscription("redeliver", "sub").Backlog == 0 })
+	testkit.Eventually(t, waitFor, "backlog drained", func() bool { return b.Subscription("redeliver", "sub").Backlog == 0 })
 	checkInvariant(t, b)
 }
 
 func TestNackRedelivers(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 		Topic: "nack", SubscriptionName: "sub", Type: pulsar.Shared, NackRedeliveryDelay: 50 * time.Millisecond,
 	})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "nack"}), "m", 1)
-	m := receive(t, cons, 1, false)[0]
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "nack"}), "m", 1)
+	m := testkit.Receive(t, cons, 1, waitFor)[0]
 	cons.Nack(m)
-	again := receive(t, cons, 1, true)[0]
+	again := testkit.ReceiveAndAck(t, cons, 1, waitFor)[0]
 	if string(again.Payload()) != "m-0" || again.RedeliveryCount() != 1 {
 		t.Fatalf("redelivered %q count %d", again.Payload(), again.RedeliveryCount())
 	}
@@ -252,18 +254,18 @@ func TestDurableCursorSurvivesResubscribe(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	opts := pulsar.ConsumerOptions{Topic: "durable", SubscriptionName: "sub"}
-	cons := subscribe(t, c, opts)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "durable"})
-	ids := produce(t, p, "m", 10)
-	receive(t, cons, 4, true)
-	eventually(t, "acks applied", func() bool { return b.Subscription("durable", "sub").Acked == 4 })
+	cons := testkit.Subscribe(t, c, opts)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "durable"})
+	ids := testkit.Produce(t, p, "m", 10)
+	testkit.ReceiveAndAck(t, cons, 4, waitFor)
+	testkit.Eventually(t, waitFor, "acks applied", func() bool { return b.Subscription("durable", "sub").Acked == 4 })
 	st := b.Subscription("durable", "sub")
 	if len(st.Cursors) != 1 || st.Cursors[0].MarkDeletePosition != fmt.Sprintf("%d:%d", ids[3].LedgerID(), ids[3].EntryID()) {
 		t.Fatalf("cursor %+v after acking 4 of %v", st.Cursors, ids)
 	}
 	cons.Close()
-	again := subscribe(t, c, opts)
-	if got := payloads(receive(t, again, 6, true)); !slices.Equal(got[:1], []string{"m-4"}) {
+	again := testkit.Subscribe(t, c, opts)
+	if got := payloads(testkit.ReceiveAndAck(t, again, 6, waitFor)); !slices.Equal(got[:1], []string{"m-4"}) {
 		t.Fatalf("resumed at %v", got)
 	}
 }
@@ -271,9 +273,9 @@ func TestDurableCursorSurvivesResubscribe(t *testing.T) {
 func TestUnsubscribeDropsTheCursor(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "unsub"})
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "unsub", SubscriptionName: "sub"})
-	produce(t, p, "m", 3)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "unsub"})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "unsub", SubscriptionName: "sub"})
+	testkit.Produce(t, p, "m", 3)
 	if err := cons.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
@@ -281,9 +283,9 @@ func TestUnsubscribeDropsTheCursor(t *testing.T) {
 		t.Fatalf("subscription still there: %+v", st)
 	}
 	// A new subscription starts at the end again (initial position latest).
-	again := subscribe(t, c, pulsar.ConsumerOptions{Topic: "unsub", SubscriptionName: "sub"})
-	produce(t, p, "n", 1)
-	if got := payloads(receive(t, again, 1, true)); got[0] != "n-0" {
+	again := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "unsub", SubscriptionName: "sub"})
+	testkit.Produce(t, p, "n", 1)
+	if got := payloads(testkit.ReceiveAndAck(t, again, 1, waitFor)); got[0] != "n-0" {
 		t.Fatalf("got %v", got)
 	}
 }
@@ -294,15 +296,15 @@ func TestRegexConsumerFindsTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, b)
-	p1 := newProducer(t, c, pulsar.ProducerOptions{Topic: "re-plain"})
-	p2 := newProducer(t, c, pulsar.ProducerOptions{Topic: "re-parted"})
-	cons := subscribe(t, c, pulsar.ConsumerOptions{
+	p1 := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "re-plain"})
+	p2 := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "re-parted"})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 		TopicsPattern: "persistent://public/default/re-.*", SubscriptionName: "sub",
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
 	})
-	produce(t, p1, "plain", 2)
-	produce(t, p2, "parted", 2)
-	got := payloads(receive(t, cons, 4, true))
+	testkit.Produce(t, p1, "plain", 2)
+	testkit.Produce(t, p2, "parted", 2)
+	got := payloads(testkit.ReceiveAndAck(t, cons, 4, waitFor))
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"parted-0", "parted-1", "plain-0", "plain-1"}) {
 		t.Fatalf("regex consumer got %v", got)
@@ -312,7 +314,7 @@ func TestRegexConsumerFindsTopics(t *testing.T) {
 func TestProducerNameIsExclusiveOnATopic(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	newProducer(t, c, pulsar.ProducerOptions{Topic: "named", Name: "p"})
+	testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "named", Name: "p"})
 	if p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: "named", Name: "p", SendTimeout: time.Second}); err == nil {
 		p.Close()
 		t.Fatal("a second producer with the same name was accepted")

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func TestReconnectAfterEachFaultLosesNothing(t *testing.T) {
@@ -29,24 +30,24 @@ func TestReconnectAfterEachFaultLosesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b := Start(t)
 			c := newClient(t, b)
-			cons := subscribe(t, c, pulsar.ConsumerOptions{
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 				Topic: "faulty", SubscriptionName: "sub", Name: "c1", Type: pulsar.Shared, ReceiverQueueSize: 10,
 			})
 			// A batching producer: v0.19's non-batching send path races with
 			// its own reconnect (p.encryptor), which -race reports.
-			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "faulty"})
-			produceAsync(t, p, "before", 20, nil)
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "faulty"})
+			testkit.ProduceAsync(t, p, "before", 20, nil)
 			seen := map[string]bool{}
-			for _, m := range receive(t, cons, 10, true) {
+			for _, m := range testkit.ReceiveAndAck(t, cons, 10, waitFor) {
 				seen[string(m.Payload())] = true
 			}
 			faultAt := time.Now()
 			if err := inject(b); err != nil {
 				t.Fatal(err)
 			}
-			produceAsync(t, p, "after", 20, nil)
+			testkit.ProduceAsync(t, p, "after", 20, nil)
 			for len(seen) < 40 {
-				for _, m := range receive(t, cons, 1, true) {
+				for _, m := range testkit.ReceiveAndAck(t, cons, 1, waitFor) {
 					seen[string(m.Payload())] = true
 				}
 			}
@@ -59,7 +60,7 @@ func TestReconnectAfterEachFaultLosesNothing(t *testing.T) {
 					t.Fatalf("no initial grant after reconnect: %+v", b.Flows("faulty", "sub"))
 				}
 			}
-			eventually(t, "backlog drained", func() bool { return b.Subscription("faulty", "sub").Backlog == 0 })
+			testkit.Eventually(t, waitFor, "backlog drained", func() bool { return b.Subscription("faulty", "sub").Backlog == 0 })
 			checkInvariant(t, b)
 		})
 	}
@@ -72,9 +73,9 @@ func TestPermitInvariantUnderChurn(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	const total = 300
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "churn", BatchingMaxMessages: 10})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "churn", BatchingMaxMessages: 10})
 	opts := pulsar.ConsumerOptions{Topic: "churn", SubscriptionName: "sub", Type: pulsar.Shared, ReceiverQueueSize: 8}
-	stable := subscribe(t, c, opts)
+	stable := testkit.Subscribe(t, c, opts)
 
 	var seenMu sync.Mutex
 	seen := map[string]bool{}
@@ -135,7 +136,7 @@ func TestPermitInvariantUnderChurn(t *testing.T) {
 		}
 	}()
 
-	produceAsync(t, p, "m", total, nil)
+	testkit.ProduceAsync(t, p, "m", total, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for {
@@ -243,7 +244,7 @@ func staleSetup(t *testing.T, b *Broker) (*topic, *conn, *pb.CommandSubscribe) {
 // waitLane waits until the topic's dispatch lane has applied every update.
 func waitLane(t testing.TB, tp *topic) {
 	t.Helper()
-	eventually(t, "dispatch lane idle", func() bool {
+	testkit.Eventually(t, waitFor, "dispatch lane idle", func() bool {
 		tp.lane.mu.Lock()
 		defer tp.lane.mu.Unlock()
 		return len(tp.lane.tasks) == 0 && !tp.lane.running

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // Each test here states one "real broker behaviour" of a 4.x broker and
@@ -30,19 +31,19 @@ func TestSeekOnFailoverClosesOnlyTheActiveConsumer(t *testing.T) {
 	c := newClient(t, b)
 	byName := map[string]pulsar.Consumer{}
 	for _, name := range []string{"a", "b"} {
-		byName[name] = subscribe(t, c, pulsar.ConsumerOptions{Topic: "fo-seek", SubscriptionName: "sub", Type: pulsar.Failover, Name: name})
+		byName[name] = testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "fo-seek", SubscriptionName: "sub", Type: pulsar.Failover, Name: name})
 	}
 	activeName := activeConsumer(t, b, "fo-seek", "sub")
 	standbyName := map[string]string{"a": "b", "b": "a"}[activeName]
-	ids := produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "fo-seek"}), "m", 5)
-	receive(t, byName[activeName], 5, true)
+	ids := testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "fo-seek"}), "m", 5)
+	testkit.ReceiveAndAck(t, byName[activeName], 5, waitFor)
 	standbyBefore := consumerStats(b, "fo-seek", "sub", standbyName)
 
 	seekAt := time.Now()
 	if err := byName[activeName].Seek(ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the active consumer re-subscribed with a fresh grant", func() bool {
+	testkit.Eventually(t, waitFor, "the active consumer re-subscribed with a fresh grant", func() bool {
 		return slices.ContainsFunc(b.Flows("fo-seek", "sub"), func(f Flow) bool { return f.Time.After(seekAt) && f.ConsumerName == activeName })
 	})
 	if got := consumerStats(b, "fo-seek", "sub", standbyName); got.ConsumerID != standbyBefore.ConsumerID || got.Conn != standbyBefore.Conn {
@@ -61,15 +62,15 @@ func TestSeekOnSharedClosesEveryConsumer(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
 	opts := pulsar.ConsumerOptions{Topic: "sh-seek", SubscriptionName: "sub", Type: pulsar.Shared}
-	first := subscribe(t, c, opts)
-	subscribe(t, c, opts)
-	eventually(t, "both granted", func() bool { return len(b.Flows("sh-seek", "sub")) >= 2 })
-	ids := produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "sh-seek"}), "m", 2)
+	first := testkit.Subscribe(t, c, opts)
+	testkit.Subscribe(t, c, opts)
+	testkit.Eventually(t, waitFor, "both granted", func() bool { return len(b.Flows("sh-seek", "sub")) >= 2 })
+	ids := testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "sh-seek"}), "m", 2)
 	seekAt := time.Now()
 	if err := first.Seek(ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both consumers re-subscribed", func() bool {
+	testkit.Eventually(t, waitFor, "both consumers re-subscribed", func() bool {
 		names := map[string]bool{}
 		for _, f := range b.Flows("sh-seek", "sub") {
 			if f.Time.After(seekAt) {
@@ -109,17 +110,17 @@ func TestOneGrantDeliversWholeBatches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := Start(t, tc.opts)
 			c := newClient(t, b)
-			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "batches", BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Hour})
-			produceAsync(t, p, "m", 50, nil)
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "batches", BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Hour})
+			testkit.ProduceAsync(t, p, "m", 50, nil)
 			rc := dialRaw(t, b)
 			rc.subscribe("batches", "sub", tc.kind, 1)
 			rc.flow(1, 2)
-			eventually(t, "dispatch", func() bool { return b.Subscription("batches", "sub").Dispatched == tc.wantDeliver })
+			testkit.Eventually(t, waitFor, "dispatch", func() bool { return b.Subscription("batches", "sub").Dispatched == tc.wantDeliver })
 			st := b.Subscription("batches", "sub")
 			if got := st.Consumers[0].Permits; got != 2-tc.wantDeliver {
 				t.Fatalf("permits %d after delivering %d messages for 2", got, tc.wantDeliver)
 			}
-			eventually(t, "messages on the wire", func() bool { return len(rc.messages()) == int(tc.wantDeliver/10) })
+			testkit.Eventually(t, waitFor, "messages on the wire", func() bool { return len(rc.messages()) == int(tc.wantDeliver/10) })
 		})
 	}
 }
@@ -134,10 +135,10 @@ func TestKeySharedRingIsKeyedByConsumerName(t *testing.T) {
 	ring := buildKeySharedRing([]*consumer{{name: names[0]}, {name: names[1]}, {name: names[2]}})
 	var consumers []pulsar.Consumer
 	for _, n := range names {
-		consumers = append(consumers, subscribe(t, c, pulsar.ConsumerOptions{Topic: "ring", SubscriptionName: "sub", Type: pulsar.KeyShared, Name: n}))
+		consumers = append(consumers, testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "ring", SubscriptionName: "sub", Type: pulsar.KeyShared, Name: n}))
 	}
-	eventually(t, "all granted", func() bool { return len(b.Flows("ring", "sub")) >= 3 })
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "ring", DisableBatching: true})
+	testkit.Eventually(t, waitFor, "all granted", func() bool { return len(b.Flows("ring", "sub")) >= 3 })
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "ring", DisableBatching: true})
 	for i := 0; i < 30; i++ {
 		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Key: fmt.Sprintf("key-%d", i), Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
@@ -166,8 +167,8 @@ func TestKeySharedLookAheadLimitStopsEveryConsumer(t *testing.T) {
 	ring := buildKeySharedRing([]*consumer{{name: "raw-1"}, {name: "raw-2"}})
 	stuck, free := keyFor(ring, "raw-1"), keyFor(ring, "raw-2")
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "lookahead", DisableBatching: true})
-	eventually(t, "grant applied", func() bool { return consumerStats(b, "lookahead", "sub", "raw-2").Permits == 1000 })
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "lookahead", DisableBatching: true})
+	testkit.Eventually(t, waitFor, "grant applied", func() bool { return consumerStats(b, "lookahead", "sub", "raw-2").Permits == 1000 })
 	send := func(key string) {
 		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Key: key, Payload: []byte(key)}); err != nil {
 			t.Fatal(err)
@@ -175,7 +176,7 @@ func TestKeySharedLookAheadLimitStopsEveryConsumer(t *testing.T) {
 	}
 	send(stuck)
 	send(free) // flows: the replay queue holds 1 < 3
-	eventually(t, "free key delivered", func() bool { return consumerStats(b, "lookahead", "sub", "raw-2").Dispatched == 1 })
+	testkit.Eventually(t, waitFor, "free key delivered", func() bool { return consumerStats(b, "lookahead", "sub", "raw-2").Dispatched == 1 })
 	send(stuck)
 	send(stuck) // replay queue now 3 = limit
 	send(free)  // not read: normal reads stopped for every consumer
@@ -183,7 +184,7 @@ func TestKeySharedLookAheadLimitStopsEveryConsumer(t *testing.T) {
 		t.Fatalf("consumer with permits got %d messages past the look-ahead limit", got)
 	}
 	rc.flow(1, 1000)
-	eventually(t, "everything flows once the stuck consumer has permits", func() bool {
+	testkit.Eventually(t, waitFor, "everything flows once the stuck consumer has permits", func() bool {
 		return b.Subscription("lookahead", "sub").Dispatched == 5
 	})
 }
@@ -202,11 +203,11 @@ func keyFor(ring keySharedRing, name string) string {
 func TestMaxUnackedPerConsumerBlocksDispatch(t *testing.T) {
 	b := Start(t, Options{MaxUnackedPerConsumer: 4})
 	c := newClient(t, b)
-	ids := produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "unacked", DisableBatching: true}), "m", 10)
+	ids := testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "unacked", DisableBatching: true}), "m", 10)
 	rc := dialRaw(t, b)
 	rc.subscribe("unacked", "sub", pb.CommandSubscribe_Shared, 1)
 	rc.flow(1, 100)
-	eventually(t, "blocked at the limit", func() bool {
+	testkit.Eventually(t, waitFor, "blocked at the limit", func() bool {
 		st := consumerStats(b, "unacked", "sub", "raw-1")
 		return st.Dispatched == 4 && st.Unacked == 4
 	})
@@ -221,12 +222,12 @@ func TestMaxUnackedPerConsumerBlocksDispatch(t *testing.T) {
 		}})
 	}
 	ack(0)
-	eventually(t, "first ack applied", func() bool { return b.Subscription("unacked", "sub").Acked == 1 })
+	testkit.Eventually(t, waitFor, "first ack applied", func() bool { return b.Subscription("unacked", "sub").Acked == 1 })
 	if st := consumerStats(b, "unacked", "sub", "raw-1"); st.Dispatched != 4 {
 		t.Fatalf("unblocked above half the limit: %+v", st)
 	}
 	ack(1) // 2 unacked = half: unblocked, the put-aside permits count again
-	eventually(t, "unblocked and blocked again at the limit", func() bool {
+	testkit.Eventually(t, waitFor, "unblocked and blocked again at the limit", func() bool {
 		st := consumerStats(b, "unacked", "sub", "raw-1")
 		return st.Dispatched == 6 && st.Permits == 150-6
 	})
@@ -238,14 +239,14 @@ func TestMaxUnackedPerConsumerBlocksDispatch(t *testing.T) {
 func TestMaxUnackedPerSubscriptionBlocksDispatch(t *testing.T) {
 	b := Start(t, Options{MaxUnackedPerSubscription: 3})
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "unacked-sub", DisableBatching: true})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "unacked-sub", DisableBatching: true})
 	rc := dialRaw(t, b)
 	rc.subscribe("unacked-sub", "sub", pb.CommandSubscribe_Shared, 1)
 	rc.subscribe("unacked-sub", "sub", pb.CommandSubscribe_Shared, 2)
 	rc.flow(1, 100)
 	rc.flow(2, 100)
-	eventually(t, "grants applied", func() bool { return consumerStats(b, "unacked-sub", "sub", "raw-2").Permits == 100 })
-	produce(t, p, "m", 8) // each send is dispatched before its receipt
+	testkit.Eventually(t, waitFor, "grants applied", func() bool { return consumerStats(b, "unacked-sub", "sub", "raw-2").Permits == 100 })
+	testkit.Produce(t, p, "m", 8) // each send is dispatched before its receipt
 	if got := b.Subscription("unacked-sub", "sub").Dispatched; got != 3 {
 		t.Fatalf("dispatched %d past a subscription limit of 3", got)
 	}
@@ -257,12 +258,12 @@ func TestMaxUnackedPerSubscriptionBlocksDispatch(t *testing.T) {
 func TestRedeliveryCountOnFailoverStaysZero(t *testing.T) {
 	b := Start(t, Options{ActiveConsumerFailoverDelay: -1})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 		Topic: "fo-nack", SubscriptionName: "sub", Type: pulsar.Failover, NackRedeliveryDelay: 50 * time.Millisecond,
 	})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "fo-nack"}), "m", 1)
-	cons.Nack(receive(t, cons, 1, false)[0])
-	if again := receive(t, cons, 1, true)[0]; string(again.Payload()) != "m-0" || again.RedeliveryCount() != 0 {
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "fo-nack"}), "m", 1)
+	cons.Nack(testkit.Receive(t, cons, 1, waitFor)[0])
+	if again := testkit.ReceiveAndAck(t, cons, 1, waitFor)[0]; string(again.Payload()) != "m-0" || again.RedeliveryCount() != 0 {
 		t.Fatalf("redelivered %q count %d", again.Payload(), again.RedeliveryCount())
 	}
 }
@@ -286,7 +287,7 @@ func TestDeduplicationIsOffByDefault(t *testing.T) {
 			for i := 0; i < 2; i++ {
 				rc.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: ptr(uint64(1)), SequenceId: ptr(uint64(0))}}, body)
 			}
-			eventually(t, "two receipts", func() bool {
+			testkit.Eventually(t, waitFor, "two receipts", func() bool {
 				n := 0
 				rc.mu.Lock()
 				for _, f := range rc.frames {
@@ -320,11 +321,11 @@ func TestCumulativeAckIgnoredOnShared(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			b := Start(t)
 			c := newClient(t, b)
-			produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "cumul", DisableBatching: true}), "m", 3)
+			testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "cumul", DisableBatching: true}), "m", 3)
 			rc := dialRaw(t, b)
 			rc.subscribe("cumul", "sub", kind, 1)
 			rc.flow(1, 10)
-			eventually(t, "3 messages", func() bool { return len(rc.messages()) == 3 })
+			testkit.Eventually(t, waitFor, "3 messages", func() bool { return len(rc.messages()) == 3 })
 			rc.send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
 				ConsumerId: ptr(uint64(1)), AckType: pb.CommandAck_Cumulative.Enum(), RequestId: ptr(uint64(77)),
 				MessageId: []*pb.MessageIdData{rc.messages()[2].GetMessageId()},
@@ -355,9 +356,9 @@ func TestFailoverActiveIsPickedByNameNotJoinOrder(t *testing.T) {
 			sub := "sub-" + order[0]
 			var opened []pulsar.Consumer
 			for _, name := range order {
-				opened = append(opened, subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: sub, Type: pulsar.Failover, Name: name}))
+				opened = append(opened, testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: sub, Type: pulsar.Failover, Name: name}))
 			}
-			eventually(t, "two consumers", func() bool { return len(b.Subscription(topic, sub).Consumers) == 2 })
+			testkit.Eventually(t, waitFor, "two consumers", func() bool { return len(b.Subscription(topic, sub).Consumers) == 2 })
 			if got := activeConsumer(t, b, topic, sub); got != want {
 				t.Fatalf("%s joined %v: active %s, want %s", topic, order, got, want)
 			}
@@ -371,7 +372,7 @@ func TestFailoverActiveIsPickedByNameNotJoinOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"y", "x"} {
-		subscribe(t, c, pulsar.ConsumerOptions{Topic: "fo-parts", SubscriptionName: "sub", Type: pulsar.Failover, Name: name})
+		testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "fo-parts", SubscriptionName: "sub", Type: pulsar.Failover, Name: name})
 	}
 	for i, want := range []string{"x", "y"} {
 		if got := activeConsumer(t, b, partitionName(mustFull("fo-parts"), i), "sub"); got != want {
@@ -390,13 +391,13 @@ func TestFailoverSwitchWaitsTheDelay(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	b := Start(t, Options{ActiveConsumerFailoverDelay: delay})
 	c := newClient(t, b)
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "fo-delay"}), "m", 1)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "fo-delay"}), "m", 1)
 	start := time.Now()
-	cons := subscribe(t, c, pulsar.ConsumerOptions{
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 		Topic: "fo-delay", SubscriptionName: "sub", Type: pulsar.Failover,
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
 	})
-	receive(t, cons, 1, true)
+	testkit.ReceiveAndAck(t, cons, 1, waitFor)
 	if waited := time.Since(start); waited < delay {
 		t.Fatalf("first message after %v, before the %v failover delay", waited, delay)
 	}
@@ -413,10 +414,10 @@ func TestRESTShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "rest", BatchingMaxMessages: 5, BatchingMaxPublishDelay: time.Hour})
-	produceAsync(t, p, "m", 10, nil)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "rest", SubscriptionName: "sub", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
-	msgs := receive(t, cons, 10, true)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "rest", BatchingMaxMessages: 5, BatchingMaxPublishDelay: time.Hour})
+	testkit.ProduceAsync(t, p, "m", 10, nil)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "rest", SubscriptionName: "sub", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	msgs := testkit.ReceiveAndAck(t, cons, 10, waitFor)
 	base := b.AdminURL() + "/admin/v2/persistent/public/default/"
 
 	var raw map[string]any
@@ -439,7 +440,7 @@ func TestRESTShapes(t *testing.T) {
 	if code := post(t, base+"rest/subscription/sub/resetcursor", body); code != http.StatusNoContent {
 		t.Fatalf("resetcursor answered %d", code)
 	}
-	eventually(t, "cursor at the entry, isExcluded ignored", func() bool {
+	testkit.Eventually(t, waitFor, "cursor at the entry, isExcluded ignored", func() bool {
 		st := b.Subscription("rest", "sub")
 		return len(st.Cursors) == 1 && st.Cursors[0].MarkDeletePosition == fmt.Sprintf("%d:%d", msgs[0].ID().LedgerID(), msgs[0].ID().EntryID())
 	})
@@ -447,14 +448,14 @@ func TestRESTShapes(t *testing.T) {
 	if code := post(t, base+"rest/subscription/sub/resetcursor", body); code != http.StatusNoContent {
 		t.Fatalf("resetcursor answered %d", code)
 	}
-	eventually(t, "cursor past the excluded entry", func() bool {
+	testkit.Eventually(t, waitFor, "cursor past the excluded entry", func() bool {
 		st := b.Subscription("rest", "sub")
 		return len(st.Cursors) == 1 && st.Cursors[0].MarkDeletePosition == fmt.Sprintf("%d:%d", second.LedgerID(), second.EntryID())
 	})
 	if code := post(t, base+"rest-parts/subscription/sub/resetcursor", `{"ledgerId":1,"entryId":0}`); code != http.StatusMethodNotAllowed {
 		t.Fatalf("resetcursor on a partitioned base name answered %d", code)
 	}
-	newProducer(t, c, pulsar.ProducerOptions{Topic: "rest-parts"})
+	testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "rest-parts"})
 	if resp := getCode(t, base+"rest-parts/stats"); resp != http.StatusNotFound {
 		t.Fatalf("/stats on a partitioned base name answered %d", resp)
 	}
@@ -544,9 +545,9 @@ func TestLookupAnswersTheAdvertisedURL(t *testing.T) {
 		}
 	}()
 	c := newClient(t, b) // the service URL is the broker itself
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "adv", SubscriptionName: "sub"})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "adv"}), "m", 1)
-	receive(t, cons, 1, true)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "adv", SubscriptionName: "sub"})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "adv"}), "m", 1)
+	testkit.ReceiveAndAck(t, cons, 1, waitFor)
 	if proxied.Load() == 0 {
 		t.Fatal("no connection went through the advertised address")
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // rawClient speaks the binary protocol directly, for behaviours that
@@ -70,7 +71,7 @@ func (rc *rawClient) send(cmd *pb.BaseCommand, payload ...[]byte) {
 func (rc *rawClient) await(what string, match func(*pb.BaseCommand) bool) *pb.BaseCommand {
 	rc.t.Helper()
 	var got *pb.BaseCommand
-	eventually(rc.t, what, func() bool {
+	testkit.Eventually(rc.t, waitFor, what, func() bool {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		for _, c := range rc.frames {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // startWithClock starts a broker whose checks run only when a test calls them.
@@ -76,10 +78,10 @@ func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl")
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl", DisableBatching: true})
-	produce(t, p, "old", 5)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "ttl", DisableBatching: true})
+	testkit.Produce(t, p, "old", 5)
 	clock.Step(45 * time.Second)
-	produce(t, p, "new", 5)
+	testkit.Produce(t, p, "new", 5)
 	clock.Step(30 * time.Second) // old: 75 s, new: 30 s
 	mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 
@@ -91,8 +93,8 @@ func TestMessageTTLExpiresAWaitingBacklog(t *testing.T) {
 	if s.MsgBacklog != 5 || s.TotalMsgExpired != 5 || s.LastExpireTimestamp != clock.Now().UnixMilli() {
 		t.Fatalf("after expiry: %+v", s)
 	}
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "ttl", SubscriptionName: "sub"})
-	got := payloads(receive(t, cons, 5, true))
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "ttl", SubscriptionName: "sub"})
+	got := payloads(testkit.ReceiveAndAck(t, cons, 5, waitFor))
 	if !slices.Equal(got, []string{"new-0", "new-1", "new-2", "new-3", "new-4"}) {
 		t.Fatalf("received %v", got)
 	}
@@ -105,7 +107,7 @@ func TestTopicTTLOverridesNamespaceTTL(t *testing.T) {
 	b := startWithClock(t, clock, Options{DefaultMessageTTL: 10 * time.Second})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-topic")
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-topic"}), "m", 3)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-topic"}), "m", 3)
 	clock.Step(90 * time.Second)
 	mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 	mustDo(t, http.MethodPost, b.AdminURL()+topicPath("ttl-topic")+"/messageTTL?messageTTL=120", "", http.StatusNoContent)
@@ -127,9 +129,9 @@ func TestExpiryCheckRunsPeriodically(t *testing.T) {
 	b := Start(t, Options{Clock: clock.Now, MessageExpiryCheckInterval: 10 * time.Millisecond, DefaultMessageTTL: time.Minute})
 	c := newClient(t, b)
 	parkSubscription(t, c, "ttl-tick")
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-tick"}), "m", 2)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-tick"}), "m", 2)
 	clock.Step(2 * time.Minute)
-	eventually(t, "the periodic check expired the backlog", func() bool {
+	testkit.Eventually(t, waitFor, "the periodic check expired the backlog", func() bool {
 		return b.Subscription("ttl-tick", "sub").Backlog == 0
 	})
 }
@@ -139,7 +141,7 @@ func TestExpiryCheckRunsPeriodically(t *testing.T) {
 func TestRetentionPolicyREST(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "pol"}), "m", 1)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "pol"}), "m", 1)
 	ns, tp := b.AdminURL()+nsPath, b.AdminURL()+topicPath("pol")
 
 	// Unset: 200 with an empty body, as the real broker answers a null Integer.
@@ -217,8 +219,8 @@ func TestBacklogQuotaEvictsBySize(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Now())
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-size", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "quota-size", DisableBatching: true}), "m", 10)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-size", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "quota-size", DisableBatching: true}), "m", 10)
 	stats := adminStats(t, b, "quota-size")
 	entry := stats.StorageSize / 10
 	if stats.StorageSize != entry*10 || stats.BacklogSize != stats.StorageSize {
@@ -231,7 +233,7 @@ func TestBacklogQuotaEvictsBySize(t *testing.T) {
 	if s := subStats(t, b, "quota-size", "sub"); s.MsgBacklog != 5 || s.BacklogSize != 5*entry {
 		t.Fatalf("after eviction: %+v", s)
 	}
-	got := payloads(receive(t, cons, 5, true))
+	got := payloads(testkit.ReceiveAndAck(t, cons, 5, waitFor))
 	if !slices.Equal(got, []string{"m-5", "m-6", "m-7", "m-8", "m-9"}) {
 		t.Fatalf("received %v", got)
 	}
@@ -253,10 +255,10 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 			b := startWithClock(t, clock, tc.opts)
 			c := newClient(t, b)
 			parkSubscription(t, c, "quota-age")
-			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "quota-age", DisableBatching: true})
-			produce(t, p, "old", 5)
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "quota-age", DisableBatching: true})
+			testkit.Produce(t, p, "old", 5)
 			clock.Step(30 * time.Second)
-			produce(t, p, "new", 5)
+			testkit.Produce(t, p, "new", 5)
 			clock.Step(5 * time.Second) // old: 35 s, new: 5 s
 			mustDo(t, http.MethodPost, b.AdminURL()+nsPath+"/backlogQuota?backlogQuotaType=message_age",
 				`{"limitSize":-1,"limitTime":20,"policy":"consumer_backlog_eviction"}`, http.StatusNoContent)
@@ -264,8 +266,8 @@ func TestBacklogQuotaEvictsByAge(t *testing.T) {
 			if s := subStats(t, b, "quota-age", "sub"); s.MsgBacklog != 5 {
 				t.Fatalf("after eviction: %+v", s)
 			}
-			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-age", SubscriptionName: "sub"})
-			if got := payloads(receive(t, cons, 5, true)); got[0] != "new-0" || got[4] != "new-4" {
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "quota-age", SubscriptionName: "sub"})
+			if got := payloads(testkit.ReceiveAndAck(t, cons, 5, waitFor)); got[0] != "new-0" || got[4] != "new-4" {
 				t.Fatalf("received %v", got)
 			}
 			expectNothing(t, cons, 200*time.Millisecond)
@@ -279,7 +281,7 @@ func TestBacklogQuotaLeavesBacklogBelowLimitOrOtherPolicy(t *testing.T) {
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
 	parkSubscription(t, c, "quota-keep")
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "quota-keep"}), "m", 4)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "quota-keep"}), "m", 4)
 	size := adminStats(t, b, "quota-keep").StorageSize
 	url := b.AdminURL() + topicPath("quota-keep") + "/backlogQuota"
 	mustDo(t, http.MethodPost, url, fmt.Sprintf(`{"limitSize":%d,"policy":"consumer_backlog_eviction"}`, size+1), http.StatusNoContent)
@@ -299,9 +301,9 @@ func TestClusterExpiresOnTheOwner(t *testing.T) {
 	if err := cl.MoveTopic("ttl-cluster", 1); err != nil {
 		t.Fatal(err)
 	}
-	c := clientOf(t, cl.Broker(0).ServiceURL())
+	c := testkit.NewClient(t, cl.Broker(0).ServiceURL())
 	parkSubscription(t, c, "ttl-cluster")
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-cluster"}), "m", 3)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "ttl-cluster"}), "m", 3)
 	clock.Step(time.Hour)
 	mustDo(t, http.MethodPost, cl.Broker(0).AdminURL()+nsPath+"/messageTTL", "60", http.StatusNoContent)
 	cl.Broker(0).RunExpiryCheck()
@@ -320,7 +322,7 @@ func TestClusterExpiresOnTheOwner(t *testing.T) {
 func TestLastMessageIDOfAnEmptyTopic(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "empty", SubscriptionName: "sub"})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "empty", SubscriptionName: "sub"})
 	ids, err := cons.GetLastMessageIDs()
 	if err != nil || len(ids) != 1 || ids[0].EntryID() != -1 {
 		t.Fatalf("last message ids %v, %v", ids, err)
@@ -333,7 +335,7 @@ func TestLastMessageIDOfAnEmptyTopic(t *testing.T) {
 	if r.HasNext() {
 		t.Fatal("a reader of an empty topic has a next message")
 	}
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "empty"}), "m", 1)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "empty"}), "m", 1)
 	if !r.HasNext() {
 		t.Fatal("no next message after one was produced")
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func TestRoundTripPerSubscriptionType(t *testing.T) {
@@ -18,10 +20,10 @@ func TestRoundTripPerSubscriptionType(t *testing.T) {
 	for name, kind := range types {
 		t.Run(name, func(t *testing.T) {
 			topic := "round-trip-" + name
-			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: kind})
-			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "persistent://public/default/" + topic})
-			produce(t, p, "m", 20)
-			got := payloads(receive(t, cons, 20, true))
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: kind})
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "persistent://public/default/" + topic})
+			testkit.Produce(t, p, "m", 20)
+			got := payloads(testkit.ReceiveAndAck(t, cons, 20, waitFor))
 			want := make([]string, 20)
 			for i := range want {
 				want[i] = fmt.Sprintf("m-%d", i)
@@ -34,7 +36,7 @@ func TestRoundTripPerSubscriptionType(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("got %v, want %v", got, want)
 			}
-			eventually(t, "backlog drained", func() bool { return b.Subscription(topic, "sub").Backlog == 0 })
+			testkit.Eventually(t, waitFor, "backlog drained", func() bool { return b.Subscription(topic, "sub").Backlog == 0 })
 			st := b.Subscription(topic, "sub")
 			if st.Acked != 20 || st.Dispatched != 20 || len(st.Consumers) != 1 {
 				t.Fatalf("stats %+v", st)

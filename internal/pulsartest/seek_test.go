@@ -8,21 +8,23 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func TestSeekByMessageID(t *testing.T) {
 	b := Start(t, Options{EntriesPerLedger: 4})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "seek-id", SubscriptionName: "sub", ReceiverQueueSize: 10})
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "seek-id", DisableBatching: true})
-	ids := produce(t, p, "m", 10)
-	receive(t, cons, 10, true)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "seek-id", SubscriptionName: "sub", ReceiverQueueSize: 10})
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "seek-id", DisableBatching: true})
+	ids := testkit.Produce(t, p, "m", 10)
+	testkit.ReceiveAndAck(t, cons, 10, waitFor)
 	seekAt := time.Now()
 	if err := cons.Seek(ids[3]); err != nil {
 		t.Fatalf("seek: %v", err)
 	}
 	// The seek id itself is delivered again and discarded by the client.
-	if got := payloads(receive(t, cons, 6, true)); got[0] != "m-4" || got[5] != "m-9" {
+	if got := payloads(testkit.ReceiveAndAck(t, cons, 6, waitFor)); got[0] != "m-4" || got[5] != "m-9" {
 		t.Fatalf("after seek got %v", got)
 	}
 	// The broker disconnected the consumer; it reconnected with a fresh grant.
@@ -42,19 +44,19 @@ func TestSeekByTime(t *testing.T) {
 				}
 			}
 			c := newClient(t, b)
-			cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "seek-time", SubscriptionName: "sub"})
-			p := newProducer(t, c, pulsar.ProducerOptions{Topic: "seek-time", DisableBatching: true})
-			produce(t, p, "old", 6)
+			cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "seek-time", SubscriptionName: "sub"})
+			p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "seek-time", DisableBatching: true})
+			testkit.Produce(t, p, "old", 6)
 			// Publish the new messages in a later millisecond than the old ones.
 			mark := time.UnixMilli(lastBrokerTime(b, "seek-time") + 1)
-			eventually(t, "the clock passes the mark", func() bool { return time.Now().After(mark) })
-			produce(t, p, "new", 3)
-			receive(t, cons, 9, true)
+			testkit.Eventually(t, waitFor, "the clock passes the mark", func() bool { return time.Now().After(mark) })
+			testkit.Produce(t, p, "new", 3)
+			testkit.ReceiveAndAck(t, cons, 9, waitFor)
 
 			if err := cons.SeekByTime(mark); err != nil {
 				t.Fatalf("seek by time: %v", err)
 			}
-			got := payloads(receive(t, cons, 3, true))
+			got := payloads(testkit.ReceiveAndAck(t, cons, 3, waitFor))
 			slices.Sort(got)
 			if !slices.Equal(got, []string{"new-0", "new-1", "new-2"}) {
 				t.Fatalf("after seek by time got %v", got)
@@ -81,8 +83,8 @@ func lastBrokerTime(b *Broker, topic string) int64 {
 func TestReaderWithStartMessageID(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "reader", DisableBatching: true})
-	ids := produce(t, p, "m", 10)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "reader", DisableBatching: true})
+	ids := testkit.Produce(t, p, "m", 10)
 
 	for _, inclusive := range []bool{false, true} {
 		r, err := c.CreateReader(pulsar.ReaderOptions{Topic: "reader", StartMessageID: ids[5], StartMessageIDInclusive: inclusive})
@@ -125,9 +127,9 @@ func TestReaderWithStartMessageID(t *testing.T) {
 func TestZeroQueueConsumerAsksOnePermitPerReceive(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "zero", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
-	produce(t, newProducer(t, c, pulsar.ProducerOptions{Topic: "zero"}), "m", 3)
-	receive(t, cons, 3, true)
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "zero", SubscriptionName: "sub", EnableZeroQueueConsumer: true})
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "zero"}), "m", 3)
+	testkit.ReceiveAndAck(t, cons, 3, waitFor)
 	flows := b.Flows("zero", "sub")
 	if len(flows) != 3 {
 		t.Fatalf("want 3 flows, got %+v", flows)
@@ -142,14 +144,14 @@ func TestZeroQueueConsumerAsksOnePermitPerReceive(t *testing.T) {
 func TestClientFlowSequence(t *testing.T) {
 	b := Start(t)
 	c := newClient(t, b)
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "flows"})
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "flows", SubscriptionName: "sub", ReceiverQueueSize: 10})
-	eventually(t, "initial grant", func() bool { return len(b.Flows("flows", "sub")) == 1 })
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "flows"})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "flows", SubscriptionName: "sub", ReceiverQueueSize: 10})
+	testkit.Eventually(t, waitFor, "initial grant", func() bool { return len(b.Flows("flows", "sub")) == 1 })
 	if f := b.Flows("flows", "sub")[0]; f.Permits != 10 || f.ConsumerName == "" || f.Conn == 0 {
 		t.Fatalf("initial flow %+v", f)
 	}
-	produce(t, p, "m", 100)
-	receive(t, cons, 100, true)
+	testkit.Produce(t, p, "m", 100)
+	testkit.ReceiveAndAck(t, cons, 100, waitFor)
 	flows := b.Flows("flows", "sub")
 	granted := 0
 	for i, f := range flows {

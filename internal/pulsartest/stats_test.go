@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // activeConsumerName names the single active consumer of an Exclusive or
@@ -14,10 +16,10 @@ import (
 func TestStatsActiveConsumerName(t *testing.T) {
 	b := Start(t, Options{ActiveConsumerFailoverDelay: -1})
 	c := newClient(t, b)
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "ex", Name: "only", Type: pulsar.Exclusive})
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "fo", Name: "a", Type: pulsar.Failover})
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "fo", Name: "b", Type: pulsar.Failover})
-	subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "sh", Name: "s", Type: pulsar.Shared})
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "ex", Name: "only", Type: pulsar.Exclusive})
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "fo", Name: "a", Type: pulsar.Failover})
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "fo", Name: "b", Type: pulsar.Failover})
+	testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "act", SubscriptionName: "sh", Name: "s", Type: pulsar.Shared})
 	if got := subStats(t, b, "act", "ex").ActiveConsumerName; got != "only" {
 		t.Errorf("Exclusive activeConsumerName %q", got)
 	}
@@ -45,24 +47,20 @@ func TestStatsEarliestTimeIsTheBrokerTimestamp(t *testing.T) {
 	clock.Step(-time.Hour) // the broker's time differs from the producer's
 	b := startWithClock(t, clock, Options{})
 	c := newClient(t, b)
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "early", SubscriptionName: "sub"})
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "early", SubscriptionName: "sub"})
 	if got := subStats(t, b, "early", "sub").EarliestMsgPublishTimeInBacklog; got != -1 {
 		t.Fatalf("empty backlog: %d, want -1", got)
 	}
 	stored := clock.Now().UnixMilli()
-	p := newProducer(t, c, pulsar.ProducerOptions{Topic: "early", DisableBatching: true})
-	produce(t, p, "m", 1)
+	p := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "early", DisableBatching: true})
+	testkit.Produce(t, p, "m", 1)
 	clock.Step(time.Minute)
-	produce(t, p, "m", 1)
+	testkit.Produce(t, p, "m", 1)
 	if got := subStats(t, b, "early", "sub").EarliestMsgPublishTimeInBacklog; got != stored {
 		t.Fatalf("earliest %d, want the first entry's broker timestamp %d", got, stored)
 	}
-	receive(t, cons, 2, true)
-	deadline := time.Now().Add(waitFor)
-	for subStats(t, b, "early", "sub").EarliestMsgPublishTimeInBacklog != -1 {
-		if time.Now().After(deadline) {
-			t.Fatal("earliest time not -1 after every message was acknowledged")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.ReceiveAndAck(t, cons, 2, waitFor)
+	testkit.Eventually(t, waitFor, "the earliest time -1 after every message was acknowledged", func() bool {
+		return subStats(t, b, "early", "sub").EarliestMsgPublishTimeInBacklog == -1
+	})
 }

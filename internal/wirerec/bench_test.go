@@ -9,6 +9,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // BenchmarkProxyOverhead runs the same produce-and-consume round straight to
@@ -50,10 +51,10 @@ type benchPath struct {
 }
 
 func newBenchPath(b *testing.B, url string, batching bool) *benchPath {
-	c := newClient(b, url)
+	c := testkit.NewClient(b, url)
 	return &benchPath{
-		cons: subscribe(b, c, pulsar.ConsumerOptions{Topic: "bench", SubscriptionName: "sub"}),
-		prod: newProducer(b, c, pulsar.ProducerOptions{Topic: "bench", DisableBatching: !batching}),
+		cons: testkit.Subscribe(b, c, pulsar.ConsumerOptions{Topic: "bench", SubscriptionName: "sub"}),
+		prod: testkit.NewProducer(b, c, pulsar.ProducerOptions{Topic: "bench", DisableBatching: !batching}),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // The recorder sees the same FLOW commands, in the same order, as the broker
@@ -45,11 +46,11 @@ func TestFlowsMatchTheBrokersRecord(t *testing.T) {
 }
 
 func flowsMatch(t *testing.T, b *pulsartest.Broker, p *Proxy) {
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "flows", SubscriptionName: "sub", Name: "alpha", ReceiverQueueSize: 4})
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "flows", DisableBatching: true})
-	produce(t, prod, "m", 20)
-	receive(t, cons, 20)
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "flows", SubscriptionName: "sub", Name: "alpha", ReceiverQueueSize: 4})
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "flows", DisableBatching: true})
+	testkit.ProduceAsync(t, prod, "m", 20, nil)
+	testkit.ReceiveAndAck(t, cons, 20, waitFor)
 	barrier(t, p, cons)
 
 	// Closing freezes both records: the broker has handled every FLOW queued
@@ -97,13 +98,13 @@ func flowsMatch(t *testing.T, b *pulsartest.Broker, p *Proxy) {
 // each entry's messages.
 func TestBatchesAndEntryMetadataPassUnchanged(t *testing.T) {
 	b, p := startPair(t)
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "batches", SubscriptionName: "sub"})
-	prod := newProducer(t, c, pulsar.ProducerOptions{
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "batches", SubscriptionName: "sub"})
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{
 		Topic: "batches", BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Hour, BatchingMaxSize: 1 << 20,
 	})
-	produce(t, prod, "m", 30)
-	msgs := receive(t, cons, 30)
+	testkit.ProduceAsync(t, prod, "m", 30, nil)
+	msgs := testkit.ReceiveAndAck(t, cons, 30, waitFor)
 	for i, m := range msgs {
 		if string(m.Payload()) != fmt.Sprintf("m-%d", i) {
 			t.Fatalf("message %d is %q", i, m.Payload())
@@ -130,14 +131,14 @@ func TestBatchesAndEntryMetadataPassUnchanged(t *testing.T) {
 // A payload much larger than any read buffer crosses the proxy intact.
 func TestLargeMessagePassesIntact(t *testing.T) {
 	_, p := startPair(t)
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "large", SubscriptionName: "sub"})
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "large", DisableBatching: true})
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "large", SubscriptionName: "sub"})
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "large", DisableBatching: true})
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
 	if _, err := prod.Send(context.Background(), &pulsar.ProducerMessage{Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
-	m := receive(t, cons, 1)[0]
+	m := testkit.ReceiveAndAck(t, cons, 1, waitFor)[0]
 	if !bytes.Equal(m.Payload(), payload) {
 		t.Fatalf("payload of %d bytes came back as %d bytes, different", len(payload), len(m.Payload()))
 	}
@@ -155,13 +156,13 @@ func TestLargeMessagePassesIntact(t *testing.T) {
 // subscription of the same consumer id on the same connection.
 func TestConsumerCommandsRecorded(t *testing.T) {
 	_, p := startPair(t)
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{
 		Topic: "commands", SubscriptionName: "sub", Name: "beta", Type: pulsar.Shared,
 		ReceiverQueueSize: 10, NackRedeliveryDelay: 50 * time.Millisecond,
 	})
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "commands", DisableBatching: true})
-	produce(t, prod, "m", 3)
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "commands", DisableBatching: true})
+	testkit.ProduceAsync(t, prod, "m", 3, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -170,11 +171,11 @@ func TestConsumerCommandsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons.Nack(first)
-	eventually(t, "REDELIVER recorded", func() bool {
+	testkit.Eventually(t, waitFor, "REDELIVER recorded", func() bool {
 		return len(p.Events(Filter{ConsumerName: "beta"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)) > 0
 	})
-	receive(t, cons, 3) // the two others and the redelivered one, acked
-	eventually(t, "ACKs recorded", func() bool {
+	testkit.ReceiveAndAck(t, cons, 3, waitFor) // the two others and the redelivered one, acked
+	testkit.Eventually(t, waitFor, "ACKs recorded", func() bool {
 		n := 0
 		for _, e := range p.Events(Filter{ConsumerName: "beta"}, pb.BaseCommand_ACK) {
 			n += e.Messages
@@ -186,7 +187,7 @@ func TestConsumerCommandsRecorded(t *testing.T) {
 	if err := cons.Seek(first.ID()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "re-subscribed with a fresh grant", func() bool {
+	testkit.Eventually(t, waitFor, "re-subscribed with a fresh grant", func() bool {
 		return p.Permits(Filter{ConsumerName: "beta", Since: beforeSeek}) == 10
 	})
 	seeks := p.Events(Filter{ConsumerName: "beta", Since: beforeSeek}, pb.BaseCommand_SEEK)
@@ -214,14 +215,14 @@ func TestConsumerCommandsRecorded(t *testing.T) {
 // own initial grant.
 func TestBrokerDropIsANewConnection(t *testing.T) {
 	b, p := startPair(t)
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "drop", SubscriptionName: "sub", Name: "gamma", ReceiverQueueSize: 7})
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "drop", SubscriptionName: "sub", Name: "gamma", ReceiverQueueSize: 7})
 	barrier(t, p, cons)
 	before := p.Consumers(Filter{ConsumerName: "gamma"})
 	mark := p.Mark()
 
 	b.DropConnections()
-	eventually(t, "consumer back on a new connection", func() bool {
+	testkit.Eventually(t, waitFor, "consumer back on a new connection", func() bool {
 		return len(p.Consumers(Filter{ConsumerName: "gamma", Since: mark})) == 1 && p.Permits(Filter{ConsumerName: "gamma", Since: mark}) == 7
 	})
 	after := p.Consumers(Filter{ConsumerName: "gamma", Since: mark})[0]
@@ -235,9 +236,9 @@ func TestBrokerDropIsANewConnection(t *testing.T) {
 	}
 	// The producer is created only now: pulsar-client-go v0.19 races (-race)
 	// between a producer's reconnect (grabCnx) and its sends.
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "drop", DisableBatching: true})
-	produce(t, prod, "after", 2)
-	receive(t, cons, 2)
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "drop", DisableBatching: true})
+	testkit.ProduceAsync(t, prod, "after", 2, nil)
+	testkit.ReceiveAndAck(t, cons, 2, waitFor)
 }
 
 // Many clients at once: every consumer's record is its own.
@@ -248,9 +249,9 @@ func TestManyConnectionsConcurrently(t *testing.T) {
 	errs := make(chan error, 2*clients)
 	for i := range clients {
 		topic := fmt.Sprintf("many-%d", i)
-		c := newClient(t, p.ServiceURL())
-		cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 5})
-		prod := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: 4})
+		c := testkit.NewClient(t, p.ServiceURL())
+		cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", ReceiverQueueSize: 5})
+		prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: 4})
 		wg.Go(func() {
 			for j := range perClient {
 				prod.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "%d", j)},
@@ -290,7 +291,7 @@ func TestManyConnectionsConcurrently(t *testing.T) {
 		if got := p.Delivered(Filter{Topic: topic}); got != perClient {
 			t.Errorf("%s: delivered %d, want %d", topic, got, perClient)
 		}
-		eventually(t, topic+": recorded permits equal the broker's", func() bool {
+		testkit.Eventually(t, waitFor, topic+": recorded permits equal the broker's", func() bool {
 			var granted int64
 			for _, f := range b.Flows(topic, "sub") {
 				granted += int64(f.Permits)
@@ -319,8 +320,8 @@ func TestBypassIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "bypass", SubscriptionName: "sub"})
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "bypass", SubscriptionName: "sub"})
 	if err := p.Check(); err == nil || !strings.Contains(err.Error(), "bypasses the recorder") {
 		t.Fatalf("Check() = %v, want a bypass report", err)
 	}
@@ -338,11 +339,11 @@ func TestPartitionedTopicByBaseName(t *testing.T) {
 	if err := b.CreatePartitionedTopic("parts", 3); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "parts", SubscriptionName: "sub", ReceiverQueueSize: 6})
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "parts", DisableBatching: true})
-	produce(t, prod, "m", 12)
-	receive(t, cons, 12)
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "parts", SubscriptionName: "sub", ReceiverQueueSize: 6})
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "parts", DisableBatching: true})
+	testkit.ProduceAsync(t, prod, "m", 12, nil)
+	testkit.ReceiveAndAck(t, cons, 12, waitFor)
 	barrier(t, p, cons)
 
 	subs := p.Consumers(Filter{Topic: "parts"})
@@ -364,11 +365,11 @@ func TestPartitionedTopicByBaseName(t *testing.T) {
 // subscription are still attributed to it and its SUBSCRIBE is still known.
 func TestKeepHoldsOnlyTheNamedTypes(t *testing.T) {
 	_, p := startRewritingPairKeeping(t, pb.BaseCommand_FLOW)
-	c := newClient(t, p.ServiceURL())
-	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: "kept", SubscriptionName: "sub", Name: "kept-1", ReceiverQueueSize: 4})
-	prod := newProducer(t, c, pulsar.ProducerOptions{Topic: "kept", DisableBatching: true})
-	produce(t, prod, "m", 10)
-	receive(t, cons, 10)
+	c := testkit.NewClient(t, p.ServiceURL())
+	cons := testkit.Subscribe(t, c, pulsar.ConsumerOptions{Topic: "kept", SubscriptionName: "sub", Name: "kept-1", ReceiverQueueSize: 4})
+	prod := testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: "kept", DisableBatching: true})
+	testkit.ProduceAsync(t, prod, "m", 10, nil)
+	testkit.ReceiveAndAck(t, cons, 10, waitFor)
 	barrier(t, p, cons)
 	all := p.Events(Filter{})
 	flows := 0

@@ -1,9 +1,7 @@
 package wirerec
 
 import (
-	"context"
 	"encoding/binary"
-	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -37,91 +34,6 @@ func startPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
 func startRewritingPair(t testing.TB) (*pulsartest.Broker, *Proxy) {
 	t.Helper()
 	return startRewritingPairKeeping(t)
-}
-
-func newClient(t testing.TB, url string) pulsar.Client {
-	t.Helper()
-	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:               url,
-		OperationTimeout:  15 * time.Second,
-		ConnectionTimeout: 5 * time.Second,
-		Logger:            log.DefaultNopLogger(),
-	})
-	if err != nil {
-		t.Fatalf("new client: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-func subscribe(t testing.TB, c pulsar.Client, opts pulsar.ConsumerOptions) pulsar.Consumer {
-	t.Helper()
-	cons, err := c.Subscribe(opts)
-	if err != nil {
-		t.Fatalf("subscribe %s/%s: %v", opts.Topic, opts.SubscriptionName, err)
-	}
-	t.Cleanup(cons.Close)
-	return cons
-}
-
-func newProducer(t testing.TB, c pulsar.Client, opts pulsar.ProducerOptions) pulsar.Producer {
-	t.Helper()
-	p, err := c.CreateProducer(opts)
-	if err != nil {
-		t.Fatalf("create producer on %s: %v", opts.Topic, err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
-// produce sends n messages "<prefix>-<i>" with SendAsync, so that a batching
-// producer groups them, then flushes and waits for every receipt.
-func produce(t testing.TB, p pulsar.Producer, prefix string, n int) {
-	t.Helper()
-	errs := make(chan error, n)
-	for i := range n {
-		msg := &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "%s-%d", prefix, i)}
-		p.SendAsync(context.Background(), msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { errs <- err })
-	}
-	if err := p.Flush(); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("send: %v", err)
-		}
-	}
-}
-
-// receive takes n messages, acking each.
-func receive(t testing.TB, c pulsar.Consumer, n int) []pulsar.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	out := make([]pulsar.Message, 0, n)
-	for len(out) < n {
-		m, err := c.Receive(ctx)
-		if err != nil {
-			t.Fatalf("received %d of %d: %v", len(out), n, err)
-		}
-		if err := c.Ack(m); err != nil {
-			t.Fatalf("ack: %v", err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func barrier(t testing.TB, p *Proxy, c pulsar.Consumer) {

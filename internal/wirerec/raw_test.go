@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func subscribeFrame(t testing.TB, id uint64) []byte {
@@ -260,7 +261,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	active := dial(t, p.Addr())
 	writeAll(t, active, connectFrame(t))
 	f.accept(t)
-	eventually(t, "both connections accepted", func() bool { return len(p.Connections()) == 2 })
+	testkit.Eventually(t, waitFor, "both connections accepted", func() bool { return len(p.Connections()) == 2 })
 
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close() }()
@@ -271,7 +272,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	}
 	expectEOF(t, silent)
 	expectEOF(t, active)
-	eventually(t, "proxy goroutines gone", func() bool { return runtime.NumGoroutine() <= base })
+	testkit.Eventually(t, waitFor, "proxy goroutines gone", func() bool { return runtime.NumGoroutine() <= base })
 	for _, c := range p.Connections() {
 		if c.Closed.IsZero() {
 			t.Fatalf("connection still open after Close: %+v", c)
@@ -299,7 +300,7 @@ func expectEOF(t testing.TB, nc net.Conn) {
 // pumps included, and returns its record.
 func waitClosed(t testing.TB, p *Proxy) Connection {
 	t.Helper()
-	eventually(t, "connection ended", func() bool {
+	testkit.Eventually(t, waitFor, "connection ended", func() bool {
 		conns := p.Connections()
 		return len(conns) == 1 && !conns[0].Closed.IsZero()
 	})
