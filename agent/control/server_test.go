@@ -22,6 +22,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 const token = "s3cret-token"
@@ -377,11 +378,5 @@ func produce(t *testing.T, b *pulsartest.Broker, topic string, n int) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Poll{Within: 10 * time.Second, Every: 5 * time.Millisecond}.Eventually(t, what, cond)
 }

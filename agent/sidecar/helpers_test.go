@@ -24,6 +24,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -226,16 +227,10 @@ func drain(c pulsar.Consumer) []string {
 	}
 }
 
-// eventually polls cond until it holds, failing the test at the deadline.
+// eventually polls cond until it holds, failing the test after waitFor.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Poll{Within: waitFor, Every: 20 * time.Millisecond}.Eventually(t, what, cond)
 }
 
 // consumerNamed waits until the sidecar tracks a consumer of that name on the subscription.

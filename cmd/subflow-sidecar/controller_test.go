@@ -29,6 +29,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 
@@ -349,11 +350,5 @@ func waitFlow(t *testing.T, k8s client.Client, flow *subflowv1.SubscriptionFlow,
 // waitUntil polls cond until it holds or a minute passes.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Poll{Within: time.Minute, Every: 100 * time.Millisecond}.Eventually(t, what, cond)
 }
