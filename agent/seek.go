@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
@@ -47,15 +49,20 @@ func (c *Consumer) SeekByIndex(ctx context.Context, index int64) (*SeekResult, e
 // messages. A closed consumer keeps no such state.
 func (c *Consumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*SeekResult, error) {
 	res, err := c.seekPartitionsByIndex(ctx, targets)
+	c.agent.logSeek(c.log, res, err)
+	return res, err
+}
+
+// logSeek logs a seek's outcome and counts it.
+func (a *Agent) logSeek(log logr.Logger, res *SeekResult, err error) {
 	result := "Completed"
 	if err != nil {
 		result = "Failed"
-		c.log.Error(err, "Seek by index failed")
+		log.Error(err, "Seek by index failed")
 	} else {
-		c.log.Info("Seek by index completed", "positions", res.Positions, "probes", res.Probes)
+		log.Info("Seek by index completed", "positions", res.Positions, "probes", res.Probes)
 	}
-	c.agent.metrics.seeks.WithLabelValues(result).Inc()
-	return res, err
+	a.metrics.seeks.WithLabelValues(result).Inc()
 }
 
 func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*SeekResult, error) {
@@ -72,34 +79,82 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 	if err != nil {
 		return nil, err
 	}
-	partitioned := isPartitioned(topic, partitions)
-	plan, err := planSeek(targets, partitions, partitioned)
+	plan, result, err := c.agent.resolveSeek(ctx, topic, partitions, targets)
+	if err != nil {
+		return result, err
+	}
+	moved, failures, err := c.resetPartitions(ctx, plan)
+	return result, result.record(plan, moved, failures, err)
+}
+
+// ResetByIndex is SeekPartitionsByIndex for a subscription whose consumers are not this
+// agent's (the protocol sidecar's): it resolves every index on topic, then resets the
+// subscription's cursors through the admin API, and does nothing else. The broker disconnects
+// the subscription's consumers on a reset (on Exclusive and Failover the active one), so they
+// subscribe again and are delivered from the new cursors; unlike an agent.Consumer's seek,
+// messages before a target inside its batch entry are delivered too, and what a client had
+// buffered from before the reset may still reach its application.
+func (a *Agent) ResetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex) (*SeekResult, error) {
+	res, err := a.resetByIndex(ctx, topic, subscription, targets)
+	a.logSeek(a.log.WithValues("topic", topic, "subscription", subscription), res, err)
+	return res, err
+}
+
+func (a *Agent) resetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex) (*SeekResult, error) {
+	if a.admin == nil {
+		return nil, ErrNoAdminURL
+	}
+	full, err := fullTopicName(topic)
 	if err != nil {
 		return nil, err
 	}
-	src := &countingSource{indexSource: c.agent.admin}
-	defer func() { c.agent.metrics.seekProbes.Add(float64(src.probes)) }()
+	partitions, err := a.admin.partitionNames(ctx, full)
+	if err != nil {
+		return nil, err
+	}
+	plan, result, err := a.resolveSeek(ctx, full, partitions, targets)
+	if err != nil {
+		return result, err
+	}
+	moved, failures, errs := a.resetCursors(ctx, subscription, plan)
+	return result, result.record(plan, moved.partitions, failures, errors.Join(errs...))
+}
+
+// resolveSeek plans a seek of targets on topic, whose partitions (or itself) are given, and
+// resolves every index before anything moves.
+func (a *Agent) resolveSeek(ctx context.Context, topic string, partitions []string, targets []protocol.PartitionIndex) ([]seekStep, *SeekResult, error) {
+	plan, err := planSeek(targets, partitions, isPartitioned(topic, partitions))
+	if err != nil {
+		return nil, nil, err
+	}
+	src := &countingSource{indexSource: a.admin}
+	defer func() { a.metrics.seekProbes.Add(float64(src.probes)) }()
 	result := &SeekResult{}
 	for i := range plan {
 		r, err := resolveIndex(ctx, src, plan[i].topic, plan[i].index)
 		result.Probes = src.probes
 		if err != nil {
-			return result, fmt.Errorf("agent: resolve index %d on %s: %w", plan[i].index, plan[i].topic, err)
+			return nil, result, fmt.Errorf("agent: resolve index %d on %s: %w", plan[i].index, plan[i].topic, err)
 		}
 		plan[i].res = r
 	}
-	moved, failures, err := c.resetPartitions(ctx, plan)
+	return plan, result, nil
+}
+
+// record fills the result in from what the resets did and returns the seek's error, which
+// wraps ErrSeekPartial when some partitions moved and others did not.
+func (r *SeekResult) record(plan []seekStep, moved map[int32]bool, failures map[int32]protocol.PartitionFailure, err error) error {
 	for _, step := range plan {
 		if failure, ok := failures[step.partition]; ok {
-			result.Failed = append(result.Failed, failure)
+			r.Failed = append(r.Failed, failure)
 		} else if moved[step.partition] {
-			result.Positions = append(result.Positions, step.seekPosition())
+			r.Positions = append(r.Positions, step.seekPosition())
 		}
 	}
-	if len(result.Positions) > 0 && len(result.Failed) > 0 {
-		err = fmt.Errorf("%w: %w", ErrSeekPartial, err)
+	if len(r.Positions) > 0 && len(r.Failed) > 0 {
+		return fmt.Errorf("%w: %w", ErrSeekPartial, err)
 	}
-	return result, err
+	return err
 }
 
 // isPartitioned tells a partitioned topic from a non-partitioned one (or a single partition
@@ -203,7 +258,7 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) (map[in
 	if err := c.beginReset(ctx); err != nil {
 		return nil, nil, err
 	}
-	moved, failures, errs := c.resetCursors(ctx, plan)
+	moved, failures, errs := c.agent.resetCursors(ctx, c.opts.SubscriptionName, plan)
 	return moved.partitions, failures, c.endReset(moved, errs)
 }
 
@@ -234,7 +289,7 @@ type movedCursors struct {
 
 // resetCursors resets each partition's cursor; it returns what moved, and the failures and
 // errors of the others. An empty topic's cursor has nothing to move and counts as moved.
-func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (movedCursors, map[int32]protocol.PartitionFailure, []error) {
+func (a *Agent) resetCursors(ctx context.Context, subscription string, plan []seekStep) (movedCursors, map[int32]protocol.PartitionFailure, []error) {
 	var errs []error
 	failures := map[int32]protocol.PartitionFailure{}
 	moved := movedCursors{partitions: map[int32]bool{}, skips: skipSet{}}
@@ -243,7 +298,7 @@ func (c *Consumer) resetCursors(ctx context.Context, plan []seekStep) (movedCurs
 			moved.partitions[step.partition] = true
 			continue
 		}
-		if err := c.agent.admin.resetCursor(ctx, step.topic, c.opts.SubscriptionName, step.res.resetTo(), step.res.past); err != nil {
+		if err := a.admin.resetCursor(ctx, step.topic, subscription, step.res.resetTo(), step.res.past); err != nil {
 			err = fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err)
 			errs = append(errs, err)
 			failures[step.partition] = protocol.PartitionFailure{Partition: step.partition, Index: step.index, Error: err.Error()}

@@ -370,8 +370,8 @@ func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flo
 }
 
 // seekExecutor picks the pod that executes a seek: the first, by name, that reported a
-// consumer of the flow, an agent before a sidecar (a sidecar cannot execute one yet and
-// would fail it with SeekUnsupported); -1 when none did.
+// consumer of the flow, an agent before a sidecar (the agent's seek is the exact one: it
+// parks its consumer and filters inside batch entries, docs/sidecar.md); -1 when none did.
 func seekExecutor(outcomes []podOutcome) int {
 	sidecar := -1
 	for i, o := range outcomes {

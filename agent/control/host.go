@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -49,10 +48,6 @@ type Consumer interface {
 	DropHeldOf(before time.Time, partitions []int32) int
 	FilterSeekTargets(positions []protocol.SeekPosition) error
 }
-
-// ErrSeekUnsupported is what a Consumer that cannot execute seeks answers: the seek fails with
-// reason SeekUnsupported and nothing moves.
-var ErrSeekUnsupported = errors.New("this consumer cannot execute a seek by index")
 
 var _ Consumer = (*agent.Consumer)(nil)
 

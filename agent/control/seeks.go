@@ -175,8 +175,6 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer Consu
 		status = protocol.SeekStatus{ID: seek.ID, State: protocol.SeekSucceeded}
 	case errors.Is(err, agent.ErrSeekPartial):
 		status = failed(seek.ID, protocol.SeekPartiallyApplied, err.Error())
-	case errors.Is(err, ErrSeekUnsupported):
-		status = failed(seek.ID, "SeekUnsupported", err.Error())
 	case errors.Is(err, agent.ErrIndexMetadataDisabled):
 		status = failed(seek.ID, "IndexMetadataDisabled", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,19 +14,15 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// errSeekUnsupported is what a seek executed by a sidecar answers: the sidecar does not move
-// cursors yet. A flow whose pods include agents has them execute it; a sidecar pod that did
-// not execute a seek still drops what it held from before it.
-var errSeekUnsupported = fmt.Errorf("%w: the protocol sidecar does not move cursors yet; a pod with the agent library can execute it", control.ErrSeekUnsupported)
-
 // ControlHost is the sidecar as the control server drives it (control.NewForHost), so the
 // controller pushes to a sidecar pod exactly as to an agent pod. admin is an agent with no
-// consumers of its own: it makes the admin calls (backlog reads) with the pod's credentials.
+// consumers of its own: it makes the admin calls (backlog reads, seeks) with the pod's
+// credentials.
 func (s *Sidecar) ControlHost(admin *agent.Agent) control.Host {
 	return &controlHost{Sidecar: s, admin: admin}
 }
 
-var _ control.Consumer = (*Consumer)(nil)
+var _ control.Consumer = seekingConsumer{}
 
 type controlHost struct {
 	*Sidecar
@@ -40,13 +35,28 @@ func (h *controlHost) Consumers() []control.Consumer {
 	consumers := h.Sidecar.Consumers()
 	out := make([]control.Consumer, len(consumers))
 	for i, c := range consumers {
-		out[i] = c
+		out[i] = seekingConsumer{c, h.admin}
 	}
 	return out
 }
 
 func (h *controlHost) OnSubscribe(fn func(control.Consumer)) {
-	h.Sidecar.OnSubscribe(func(c *Consumer) { fn(c) })
+	h.Sidecar.OnSubscribe(func(c *Consumer) { fn(seekingConsumer{c, h.admin}) })
+}
+
+// seekingConsumer executes a seek for a sidecar consumer with the admin API alone.
+type seekingConsumer struct {
+	*Consumer
+	admin *agent.Agent
+}
+
+// SeekPartitionsByIndex resets the subscription's cursors on the consumer's topic (all of a
+// partitioned topic, whichever partition this consumer reads) through the admin API
+// (agent.Agent.ResetByIndex). The broker then closes the subscription's consumers; the
+// sidecar passes the close on to each client, which drops its receiver queue and subscribes
+// again, in the state the rules give it, and is delivered from the new cursor.
+func (c seekingConsumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*agent.SeekResult, error) {
+	return c.admin.ResetByIndex(ctx, baseTopic(c.topic), c.subscription, targets)
 }
 
 // MarkSynced has nothing to lift: the sidecar has no start-up gate.
@@ -70,11 +80,6 @@ func (c *Consumer) Options() pulsar.ConsumerOptions {
 	return pulsar.ConsumerOptions{Topic: c.topic, SubscriptionName: c.subscription, Name: c.name}
 }
 
-// SeekPartitionsByIndex answers control.ErrSeekUnsupported (see there).
-func (c *Consumer) SeekPartitionsByIndex(context.Context, []protocol.PartitionIndex) (*agent.SeekResult, error) {
-	return nil, errSeekUnsupported
-}
-
 // DropHeldOf drops what DropHeld drops when the consumer's partition is one of partitions
 // (nil: any). A non-partitioned topic is partition -1.
 func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
@@ -87,6 +92,14 @@ func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
 // FilterSeekTargets filters nothing: the sidecar forwards batch entries whole, so after a seek
 // into a batch the client gets the batch's messages before the target too (docs/sidecar.md).
 func (*Consumer) FilterSeekTargets([]protocol.SeekPosition) error { return nil }
+
+// baseTopic is the partitioned topic a partition belongs to, or the topic itself.
+func baseTopic(topic string) string {
+	if partitionOf(topic) < 0 {
+		return topic
+	}
+	return topic[:strings.LastIndex(topic, "-partition-")]
+}
 
 func partitionOf(topic string) int32 {
 	i := strings.LastIndex(topic, "-partition-")
