@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -222,6 +223,41 @@ func TestSeekExecutedBySidecar(t *testing.T) {
 				t.Errorf("%s reached the application %d times, want %d", v, counts[v], want)
 			}
 		}
+	})
+}
+
+// A seek of a partitioned topic executed by a sidecar, whose consumers each read one
+// partition: every partition's cursor moves back to its start, and resumed, the application
+// gets everything again.
+func TestPartitionedSeekExecutedBySidecar(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		w := newWorld(t, Options{Name: "pod-" + lang})
+		api := startControl(t, w)
+		topic, name := uniqueTopic(t), "app-"+lang
+		w.createPartitioned(t, topic, 2)
+		producer := newClient(t, w.url)
+		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Shared"})
+		sent := produceUnbatched(t, producer, topic, "m", 0, 20)
+		eventually(t, "the application to receive 20", func() bool { return len(missing(sent, app.messages())) == 0 })
+		for p := range 2 {
+			partition := fmt.Sprintf("%s-partition-%d", topic, p)
+			eventually(t, "the broker to have every acknowledgement on "+partition, func() bool { return w.unacked(t, partition, "s") == 0 })
+		}
+
+		rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", Topic: topic, State: protocol.Paused,
+			Seek: &protocol.SeekRequest{ID: "seek-1", Partitions: []protocol.PartitionIndex{{Partition: 0, Index: 0}, {Partition: 1, Index: 0}}, Execute: true}}
+		var seek *protocol.SeekStatus
+		eventually(t, "the seek to finish", func() bool {
+			seek = api.push(t, "orders", rule).Seek
+			return seek != nil && seek.State != protocol.SeekRunning
+		})
+		if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 2 {
+			t.Fatalf("the sidecar's seek reported %+v, want Succeeded on both partitions", *seek)
+		}
+		rule.Revision, rule.State = 2, protocol.Running
+		rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
+		api.push(t, "orders", rule)
+		eventually(t, "the application to receive all 20 again", func() bool { return app.count() >= 40 })
 	})
 }
 
