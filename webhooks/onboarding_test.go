@@ -4,15 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/log"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +32,7 @@ import (
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 
@@ -80,22 +88,179 @@ func TestInjectedAgentPodIsPausedByAFlow(t *testing.T) {
 	})
 }
 
+// TestInjectedSidecarPodIsPausedByAFlow is the acceptance for sidecar mode: a pod labelled
+// for the sidecar, created with only its application container, gets the native sidecar; run
+// with the arguments injected, the sidecar binary is reached by the controller, and a flow
+// pauses the application's consumer behind it: the status names the pod a sidecar with its
+// consumer Paused and what the broker sends meanwhile stays in the sidecar. The test plays
+// the kubelet (the token file, the pod's IP) and the pod's network namespace (the sidecar's
+// data listener moves off port 6650, which tests running at once would share).
+func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
+	broker, err := pulsartest.New(pulsartest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	startReconciler(ctx, t)
+	ns := namespace(t, k8s)
+	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: broker.ServiceURL()})
+
+	f := flow(ns, nil)
+	f.Spec.Selector.MatchLabels = map[string]string{"app": "orders-worker"}
+	f.Spec.State = subflowv1.StatePaused
+	if err := k8s.Create(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+
+	root := t.TempDir()
+	controlPort, dataAddr := freePort(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	pod := appPod(ns, map[string]string{"app": "orders-worker", webhooks.InjectLabel: webhooks.ModeSidecar},
+		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort)})
+	pod.GenerateName, pod.Name = "", "orders-worker-0"
+	stored := create(t, k8s, pod)
+	if len(stored.Spec.InitContainers) != 1 {
+		t.Fatalf("the pod was not given the sidecar: %s", stored.Annotations[webhooks.SkippedAnnotation])
+	}
+	runAsKubelet(t, root, stored)
+	args := append(rooted(root, stored.Spec.InitContainers[0].Args), "--listen="+dataAddr, "--name="+stored.Name)
+	runSidecar(t, args)
+
+	app := consumeThrough(t, "pulsar://"+dataAddr, "orders", "orders-ingest")
+	var got subflowv1.SubscriptionFlow
+	eventually(t, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(f), &got); err != nil {
+			return err
+		}
+		if a := got.Status.Agents; len(a) != 1 || a[0].Kind != protocol.KindSidecar || a[0].State != string(protocol.Paused) || a[0].Consumers != 1 {
+			return fmt.Errorf("agents %+v, want the pod a sidecar with 1 consumer Paused", a)
+		}
+		if !meta.IsStatusConditionTrue(got.Status.Conditions, subflowv1.ConditionPaused) {
+			return fmt.Errorf("the flow's Paused condition is not True: %+v", got.Status.Conditions)
+		}
+		return nil
+	})
+	produceN(t, broker.ServiceURL(), "orders", 5)
+	eventually(t, func() error {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(f), &got)
+		if a := got.Status.Agents; len(a) == 1 && a[0].HeldMessages == 5 {
+			return nil
+		}
+		poke(t, f)
+		return fmt.Errorf("status agents %+v, want 5 held in the sidecar", got.Status.Agents)
+	})
+	if n := app.received(); n != 0 {
+		t.Fatalf("the application received %d messages while its flow is paused", n)
+	}
+}
+
+// rooted moves the file arguments of the injected sidecar under root, where runAsKubelet puts
+// the mounted files.
+func rooted(root string, args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		for _, flag := range []string{"--token-file=", "--admin-credentials-file="} {
+			if path, ok := strings.CutPrefix(a, flag); ok {
+				out[i] = flag + filepath.Join(root, path)
+			}
+		}
+	}
+	return out
+}
+
+// runSidecar builds and runs the sidecar binary until the test ends.
+func runSidecar(t *testing.T, args []string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "subflow-sidecar")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/subflow-sidecar")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the sidecar: %v: %s", err, out)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// counted is an application consuming through the sidecar, counting what it receives.
+type counted struct{ n atomic.Int64 }
+
+func (c *counted) received() int64 { return c.n.Load() }
+
+func consumeThrough(t *testing.T, url, topic, subscription string) *counted {
+	t.Helper()
+	var consumer pulsar.Consumer
+	eventually(t, func() error { // the sidecar may still be starting
+		c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, Logger: log.DefaultNopLogger(), OperationTimeout: 5 * time.Second})
+		if err != nil {
+			return err
+		}
+		if consumer, err = c.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: subscription, Type: pulsar.Shared}); err != nil {
+			c.Close()
+			return err
+		}
+		t.Cleanup(c.Close)
+		return nil
+	})
+	app := &counted{}
+	testkit.ReceiveInBackground(t, consumer, true, func(pulsar.Message) { app.n.Add(1) })
+	t.Cleanup(consumer.Close)
+	return app
+}
+
+func produceN(t *testing.T, url, topic string, n int) {
+	t.Helper()
+	c := testkit.NewClient(t, url)
+	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true}), "m", n)
+}
+
+// poke makes the controller reconcile now: status figures come with pushes.
+func poke(t *testing.T, f *subflowv1.SubscriptionFlow) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.subflow.dev/poke":"%d"}}}`, time.Now().UnixNano())
+	if err := k8s.Patch(context.Background(), f, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runAsKubelet writes the token files of the pod's Secret volumes under root at the paths its
-// application container mounts them, once the Secrets exist, and reports the pod running.
+// containers (the sidecar's included) mount them, once the Secrets exist, and reports the pod
+// running. An optional Secret that does not exist is left out, as the kubelet does.
 func runAsKubelet(t *testing.T, root string, pod *corev1.Pod) {
 	t.Helper()
 	mounts := map[string]string{}
-	for _, m := range pod.Spec.Containers[0].VolumeMounts {
-		mounts[m.Name] = m.MountPath
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		for _, m := range c.VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.Secret == nil || mounts[v.Name] == "" {
 			continue
 		}
 		var secret corev1.Secret
-		eventually(t, func() error {
-			return k8s.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: v.Secret.SecretName}, &secret)
-		})
+		key := client.ObjectKey{Namespace: pod.Namespace, Name: v.Secret.SecretName}
+		if v.Secret.Optional != nil && *v.Secret.Optional && v.Secret.SecretName != controllers.DefaultTokenSecret {
+			if err := k8s.Get(context.Background(), key, &secret); err != nil {
+				continue
+			}
+		}
+		eventually(t, func() error { return k8s.Get(context.Background(), key, &secret) })
 		for _, item := range v.Secret.Items {
 			path := filepath.Join(root, mounts[v.Name], item.Path)
 			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
