@@ -17,6 +17,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // benchEnv is a broker (the real Pulsar at PULSAR_URL, else pulsartest) with the sidecar
@@ -147,6 +148,45 @@ func BenchmarkSidecarThroughput(b *testing.B) {
 	b.ReportMetric(float64(perRound*rounds)/took[1].Seconds(), "sidecar-msgs/s")
 	b.ReportMetric(float64(perRound*rounds)/took[0].Seconds(), "direct-msgs/s")
 	b.ReportMetric(memoryMiB(b, e.pid, "VmHWM"), "sidecar-hwm-MiB")
+	b.ReportMetric(float64(rounds), "rounds")
+}
+
+// BenchmarkSidecarThroughputJava is BenchmarkSidecarThroughput with the Java consumer app
+// (hack/clients/java, a process per round), on a real broker: the time from its subscribe
+// to its application having printed every message of a backlog. The app prints and flushes a line per message
+// on both paths, which bounds both alike.
+func BenchmarkSidecarThroughputJava(b *testing.B) {
+	if os.Getenv("PULSAR_URL") == "" {
+		b.Skip("needs a real Pulsar: run under hack/pulsar/pulsar.sh exec --")
+	}
+	const perRound = 20_000
+	e := newBenchEnv(b)
+	producer := newClient(b, e.direct)
+	urls := [2]string{e.direct, e.sidecar}
+	var ratios []float64
+	rounds := max(b.N, 8)
+	b.ResetTimer()
+	for round := range rounds {
+		var this [2]time.Duration
+		for j := range 2 {
+			i := (round + j) % 2
+			b.StopTimer()
+			topic := uniqueTopic(b)
+			produce(b, producer, topic, "m", 0, perRound)
+			// Timed from the app's subscribe: the JVM's start is not the path's.
+			app := startPeer(b, "java", urls[i], peerOptions{topic: topic, subscription: "bench", name: fmt.Sprintf("bench-%d-%d", round, i)})
+			b.StartTimer()
+			start := time.Now()
+			testkit.Poll{Within: waitFor, Every: time.Millisecond}.Eventually(b, "the Java app to print every message", func() bool { return app.count() >= perRound })
+			this[i] = time.Since(start)
+			b.StopTimer()
+			app.stop()
+			b.StartTimer()
+		}
+		ratios = append(ratios, this[0].Seconds()/this[1].Seconds())
+	}
+	b.StopTimer()
+	b.ReportMetric(median(ratios), "sidecar/direct")
 	b.ReportMetric(float64(rounds), "rounds")
 }
 

@@ -228,7 +228,7 @@ func drain(c pulsar.Consumer) []string {
 }
 
 // eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testkit.Poll{Within: waitFor, Every: 20 * time.Millisecond}.Eventually(t, what, cond)
 }
@@ -316,7 +316,7 @@ func repoRoot() string {
 }
 
 // peerCommand returns the command line of a peer, or skips the test when its tools are absent.
-func peerCommand(t *testing.T, lang string) []string {
+func peerCommand(t testing.TB, lang string) []string {
 	t.Helper()
 	root := repoRoot()
 	switch lang {
@@ -358,7 +358,7 @@ func peerCommand(t *testing.T, lang string) []string {
 
 // startPeer starts a peer on the sidecar and waits until it has subscribed. It is ended when
 // the test ends: its standard input is closed, then it is killed if it is still there.
-func startPeer(t *testing.T, lang, url string, o peerOptions) *peer {
+func startPeer(t testing.TB, lang, url string, o peerOptions) *peer {
 	t.Helper()
 	if o.subType == "" {
 		o.subType = "Shared"
@@ -447,7 +447,7 @@ func (p *peer) count() int {
 
 // prefixWriter sends a process's stderr to the test log, line by line.
 type prefixWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 	mu     sync.Mutex
 	buf    []byte

@@ -57,6 +57,8 @@ var targets = []Target{
 	{Text: "Fleet, one hanging pod per flow: absolute figures (context; the ratio rows above judge them)", Benchmark: `^BenchmarkFleet\w+/.*hanging=1$`, Unit: "all-p99-ms"},
 	// The protocol sidecar (issue 24): its binary in front of the broker, pulsar-client-go.
 	{Text: "Sidecar: sidecar / direct consume throughput, pulsar-client-go, median of interleaved rounds", Benchmark: `^BenchmarkSidecarThroughput$`, Unit: "sidecar/direct", Cmp: ">=", Threshold: 0.9},
+	{Text: "Sidecar: sidecar / direct consume throughput, the Java consumer app (it prints every message), median of rounds", Benchmark: `^BenchmarkSidecarThroughputJava$`, Unit: "sidecar/direct", Cmp: ">=", Threshold: 0.9},
+	{Text: "Sidecar: the sidecar process's CPU per message (context)", Benchmark: `^BenchmarkSidecarThroughput$`, Unit: "sidecar-cpu-\u00b5s/msg"},
 	{Text: "Sidecar: peak RSS of the sidecar process at that rate (context)", Benchmark: `^BenchmarkSidecarThroughput$`, Unit: "sidecar-hwm-MiB"},
 	{Text: "Sidecar: added latency from send to the application's Receive, p50 (context)", Benchmark: `^BenchmarkSidecarLatency$`, Unit: "added-p50-\u00b5s"},
 	{Text: "Sidecar: added latency from send to the application's Receive, p99 (context)", Benchmark: `^BenchmarkSidecarLatency$`, Unit: "added-p99-\u00b5s"},
