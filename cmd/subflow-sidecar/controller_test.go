@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,9 +115,7 @@ func startController(t *testing.T) client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = subflowv1.AddToScheme(scheme)
+	scheme := testenv.Scheme()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Client: controllers.ClientOptions(), Cache: controllers.CacheOptions()})
 	if err != nil {
@@ -135,7 +131,7 @@ func startController(t *testing.T) client.Client {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	k8s, err := testenv.Client(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

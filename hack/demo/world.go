@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -90,9 +88,7 @@ func startWorld(ctx context.Context, pods int, broker brokerURLs) (*world, error
 	}
 	w.env = env
 	w.stop = append(w.stop, func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = subflowv1.AddToScheme(scheme)
+	scheme := testenv.Scheme()
 	if w.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return w, err
 	}

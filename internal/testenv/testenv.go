@@ -11,10 +11,16 @@ import (
 	"runtime"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
 // RepoRoot is the root of the subflow module, found from this file's location.
@@ -68,4 +74,18 @@ func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
 	kc.CurrentContext = "envtest"
 	return clientcmd.WriteToFile(*kc, path)
+}
+
+// Scheme knows the built-in kinds, CustomResourceDefinitions and SubscriptionFlows.
+func Scheme() *k8sruntime.Scheme {
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
+	_ = subflowv1.AddToScheme(scheme)
+	return scheme
+}
+
+// Client is a client of cfg's API server for the kinds of Scheme.
+func Client(cfg *rest.Config) (client.Client, error) {
+	return client.New(cfg, client.Options{Scheme: Scheme()})
 }
