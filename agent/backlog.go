@@ -34,7 +34,7 @@ const backlogReadTimeout = 10 * time.Second
 func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
 	now := time.Now()
 	if a.admin == nil {
-		return []protocol.BacklogStatus{unknownBacklog(topic, now, "the agent has no admin URL (Options.AdminURL)")}
+		return []protocol.BacklogStatus{unknownBacklog(topic, now, "no admin URL is set (the agent's Options.AdminURL, the sidecar's --admin-url)")}
 	}
 	return a.admin.backlog(ctx, topic, subscription, now)
 }

@@ -22,7 +22,7 @@ var (
 	// not others; its SeekResult tells which.
 	ErrSeekPartial = errors.New("agent: the seek moved some partitions and not others")
 	// ErrNoAdminURL is returned by SeekByIndex when the agent has no admin URL.
-	ErrNoAdminURL = errors.New("agent: seek by index needs Options.AdminURL")
+	ErrNoAdminURL = errors.New("agent: seek by index needs an admin URL (the agent's Options.AdminURL, the sidecar's --admin-url)")
 	// ErrNegativeChunkExpiry is returned by Subscribe for a negative
 	// ExpireTimeOfIncompleteChunk: pulsar-client-go would discard and acknowledge every chunked
 	// message before its last chunk arrived.
