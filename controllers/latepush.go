@@ -1,12 +1,17 @@
 package controllers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // pushPatience is how long a reconcile waits for the next answer of the pushes it started.
@@ -22,25 +27,56 @@ type pushKey struct {
 	pod  string
 }
 
+// agentAddress is one pod's agent as every flow selecting the pod reaches it. A pod that does
+// not answer one flow's push does not answer the others' either, so they share its suspicion.
+// The pod's UID is part of it: pods share an address over time (a new pod reusing an IP) and,
+// in tests, at once (one loopback IP).
+type agentAddress struct {
+	pod types.UID
+	url string
+}
+
+// pushSubject is what an answer answers: the request pushed and the agent that got it. Another
+// request, a token rotation or an agent that restarted (its pod's containers restarted) is
+// another subject, about which an earlier answer says nothing.
+type pushSubject struct {
+	request  uint64 // digest of the request body
+	address  agentAddress
+	restarts int32
+	token    string
+}
+
 // pendingPush is a push in flight, and its outcome once it ended.
 type pendingPush struct {
-	revision int64
-	started  time.Time
-	done     bool
-	outcome  podOutcome
+	subject pushSubject
+	started time.Time
+	done    bool
+	outcome podOutcome
 	// waited is true while the reconcile that started the push still waits for its answer;
 	// a push that ends after that must wake the flow up itself.
 	waited bool
 }
 
+// appliedPush is an answer showing a pod done with its flow's request (settledAnswer).
+type appliedPush struct {
+	subject pushSubject
+	outcome podOutcome
+	at      time.Time
+}
+
 // pushBook holds the pushes in flight, at most one per flow and pod, so that a pod that does
-// not answer gets no second push piled onto the first; and the pods whose last push got no
-// answer or outlived its reconcile, which the next reconcile does not wait for at all.
+// not answer gets no second push piled onto the first; the pods whose last push, from any
+// flow, got no answer or outlived its reconcile, which the next reconcile does not wait for at
+// all; and each flow's settled answers, which its retries report instead of pushing again.
 type pushBook struct {
 	mu     sync.Mutex
 	pushes map[pushKey]*pendingPush
-	// suspect holds the error of such a pod's last push, reported while the next one runs.
-	suspect map[pushKey]error
+	// applied holds, per flow and pod, the last answer that showed the pod done, until the
+	// flow stops matching the pod or is forgotten.
+	applied map[types.NamespacedName]map[string]appliedPush
+	// suspect holds the error of such a pod's last push, reported while the next one runs,
+	// until any flow's push gets an answer from it or the pod is deleted.
+	suspect map[agentAddress]error
 }
 
 // stillPushing is the outcome of a pod whose push has not answered yet.
@@ -50,38 +86,55 @@ func (e *stillPushing) Error() string {
 	return fmt.Sprintf("no answer yet after %s (push in flight)", e.since.Round(time.Millisecond))
 }
 
-// take returns the outcome to report for key at revision without a new push: the result of a
-// push that ended since the last reconcile (consumed), or "still pushing" for one in flight.
-// ok is false when a new push should start.
-func (b *pushBook) take(key pushKey, revision int64, now time.Time) (podOutcome, bool) {
+func (b *pushBook) init() {
+	if b.pushes == nil {
+		b.pushes, b.applied, b.suspect = map[pushKey]*pendingPush{}, map[types.NamespacedName]map[string]appliedPush{}, map[agentAddress]error{}
+	}
+}
+
+// take returns the outcome to report for key without a new push: the result of a push of the
+// same subject that ended since the last reconcile (consumed), "still pushing" for one in
+// flight, or the settled answer to the same subject if it is younger than fresh (the resync
+// period, after which every pod is pushed to again). ok is false when a new push should start.
+func (b *pushBook) take(key pushKey, subject pushSubject, now time.Time, fresh time.Duration) (podOutcome, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p := b.pushes[key]
-	switch {
-	case p == nil:
-		return podOutcome{}, false
-	case !p.done:
-		return podOutcome{Pod: key.pod, Err: &stillPushing{since: now.Sub(p.started)}}, true
+	b.init()
+	if p := b.pushes[key]; p != nil {
+		if !p.done {
+			// The suspicion, when there is one, reads the same on every retry: no status write
+			// just because the wait grew.
+			if err := b.suspect[p.subject.address]; err != nil {
+				return podOutcome{Pod: key.pod, Err: err}, true
+			}
+			return podOutcome{Pod: key.pod, Err: &stillPushing{since: now.Sub(p.started)}}, true
+		}
+		delete(b.pushes, key)
+		if p.subject == subject {
+			return p.outcome, true
+		}
 	}
-	delete(b.pushes, key)
-	return p.outcome, p.revision == revision
+	a, ok := b.applied[key.flow][key.pod]
+	if ok && a.subject == subject && now.Sub(a.at) < fresh {
+		return a.outcome, true
+	}
+	return podOutcome{}, false
 }
 
 // start records a push. For a pod whose last push failed or was not answered in time it
 // returns that error: the caller does not wait for this push and reports the error meanwhile.
-func (b *pushBook) start(key pushKey, revision int64, now time.Time) (lastErr error) {
+func (b *pushBook) start(key pushKey, subject pushSubject, now time.Time) (lastErr error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pushes == nil {
-		b.pushes, b.suspect = map[pushKey]*pendingPush{}, map[pushKey]error{}
-	}
-	lastErr = b.suspect[key]
-	b.pushes[key] = &pendingPush{revision: revision, started: now, waited: lastErr == nil}
+	b.init()
+	lastErr = b.suspect[subject.address]
+	b.pushes[key] = &pendingPush{subject: subject, started: now, waited: lastErr == nil}
 	return lastErr
 }
 
-// finish records a push's outcome; late reports that nobody waits for it any more.
-func (b *pushBook) finish(key pushKey, outcome podOutcome) (late bool) {
+// finish records a push's outcome, settled or not; late reports that nobody waits for it any
+// more.
+func (b *pushBook) finish(key pushKey, outcome podOutcome, settled bool, now time.Time) (late bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.pushes[key]
@@ -91,11 +144,19 @@ func (b *pushBook) finish(key pushKey, outcome podOutcome) (late bool) {
 	p.done, p.outcome = true, outcome
 	var answered *AgentError
 	if outcome.Err != nil && !errors.As(outcome.Err, &answered) {
-		// No answer (refused, timed out): not worth waiting for next time. An agent that
-		// answered, even with an error, is waited for as usual.
-		b.suspect[key] = outcome.Err
+		// No answer (refused, timed out): not worth waiting for next time, by any flow. An
+		// agent that answered, even with an error, is waited for as usual.
+		b.suspect[p.subject.address] = outcome.Err
 	} else {
-		delete(b.suspect, key)
+		delete(b.suspect, p.subject.address)
+	}
+	if settled {
+		if b.applied[key.flow] == nil {
+			b.applied[key.flow] = map[string]appliedPush{}
+		}
+		b.applied[key.flow][key.pod] = appliedPush{subject: p.subject, outcome: outcome, at: now}
+	} else {
+		delete(b.applied[key.flow], key.pod)
 	}
 	return !p.waited
 }
@@ -109,7 +170,7 @@ func (b *pushBook) collect(key pushKey, abandon bool) (podOutcome, bool) {
 	if p == nil || !p.done {
 		if p != nil && abandon {
 			p.waited = false
-			b.suspect[key] = &stillPushing{since: time.Since(p.started)}
+			b.suspect[p.subject.address] = &stillPushing{since: time.Since(p.started)}
 		}
 		return podOutcome{}, false
 	}
@@ -117,7 +178,23 @@ func (b *pushBook) collect(key pushKey, abandon bool) (podOutcome, bool) {
 	return p.outcome, true
 }
 
-// forget drops a flow's pushes; those still in flight end unrecorded.
+// keepApplied forgets the settled answers of the flow's pods not in matched: pods that went
+// or no longer match. So the book holds at most one answer per flow and matched pod.
+func (b *pushBook) keepApplied(flow types.NamespacedName, matched map[string]bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for pod := range b.applied[flow] {
+		if !matched[pod] {
+			delete(b.applied[flow], pod)
+		}
+	}
+	if len(b.applied[flow]) == 0 {
+		delete(b.applied, flow)
+	}
+}
+
+// forget drops a flow's pushes and answers; those still in flight end unrecorded. The
+// suspicions stay: they are the pods', shared with other flows.
 func (b *pushBook) forget(flow types.NamespacedName) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -126,9 +203,44 @@ func (b *pushBook) forget(flow types.NamespacedName) {
 			delete(b.pushes, key)
 		}
 	}
-	for key := range b.suspect {
-		if key.flow == flow {
-			delete(b.suspect, key)
+	delete(b.applied, flow)
+}
+
+// forgetPod drops the suspicions of a deleted pod, so that the book does not grow with every
+// pod that ever hung. It walks the suspicions only: a handful of pods, not the fleet.
+func (b *pushBook) forgetPod(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for address := range b.suspect {
+		if address.pod == uid {
+			delete(b.suspect, address)
 		}
 	}
+}
+
+// settledAnswer reports whether an answer shows the pod done with req, so that pushing req
+// again would observe nothing new until something the controller sees changes (the request,
+// the token, the pod's restarts) or the resync comes: the agent applied the revision and every
+// consumer of the rule is in the state asked, with nothing else to watch - no seek running, no
+// backlog to read, no other rule holding the consumers, no token rotation under way. Any other
+// answer (no consumer yet, consumers converging) is pushed again on every retry, as before.
+func settledAnswer(req protocol.FlowRequest, o podOutcome) bool {
+	st := o.Status
+	if o.Err != nil || st == nil || o.PreviousToken || req.ReportBacklog || st.AppliedRevision != req.Revision ||
+		len(st.Consumers) == 0 || len(st.HeldBy) > 0 || st.Conflict != "" {
+		return false
+	}
+	if st.Seek != nil && st.Seek.State == protocol.SeekRunning {
+		return false
+	}
+	return !slices.ContainsFunc(st.Consumers, func(c protocol.ConsumerStatus) bool { return c.State != req.State })
+}
+
+// requestDigest identifies a request's content: the same revision can carry another request
+// (a seek's result announced to the other agents).
+func requestDigest(req protocol.FlowRequest) uint64 {
+	body, _ := json.Marshal(req) // plain data: cannot fail
+	h := fnv.New64a()
+	_, _ = h.Write(body)
+	return h.Sum64()
 }

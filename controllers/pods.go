@@ -137,6 +137,7 @@ func (r *SubscriptionFlowReconciler) podEvents() handler.EventHandler {
 			r.enqueueFlowsFor(ctx, q, e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.pushes.forgetPod(e.Object.GetUID())
 			r.enqueueFlowsFor(ctx, q, e.Object)
 		},
 	}
@@ -189,9 +190,14 @@ var podChangesAgentReach = predicate.Funcs{
 	},
 }
 
+// restarts counts the pod's container restarts, native sidecars' included (the agent may run
+// in one): a restarted agent has lost its rules.
 func restarts(pod *corev1.Pod) int32 {
 	var n int32
 	for _, s := range pod.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	for _, s := range pod.Status.InitContainerStatuses {
 		n += s.RestartCount
 	}
 	return n

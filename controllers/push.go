@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"time"
 
@@ -19,16 +20,19 @@ import (
 
 // pushAll sends each pod's request to its agent and returns one outcome per pod, in the pods'
 // order. Pods without an IP are reported unreachable at once. It waits for answers only while
-// they keep coming (pushPatience), and not at all for a pod whose last push failed or was not
-// answered in time: a push still in flight is reported as such, goes on, and requeues the flow
-// when it ends; the next reconcile reports its outcome instead of pushing that pod again, if
-// the revision is still the same.
-func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, revision int64, pods []corev1.Pod,
+// they keep coming (pushPatience), and not at all for a pod whose last push, from any flow,
+// failed or was not answered in time: a push still in flight is reported as such, goes on, and
+// requeues the flow when it ends; the next reconcile reports its outcome instead of pushing
+// that pod again, if the request is still the same. A pod whose answer to the same request
+// showed it done is not pushed to again within the resync period (a retry because of other
+// pods re-pushes only those).
+func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, pods []corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
 	outcomes := make([]podOutcome, len(pods))
 	jobs := make(chan pushJob, len(pods))
 	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
 	waiting := map[int]pushKey{}
+	matched := make(map[string]bool, len(pods))
 	now := time.Now()
 	for i := range pods {
 		outcomes[i].Pod = pods[i].Name
@@ -36,32 +40,41 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		if t.BaseURL == "" {
 			continue
 		}
-		key := pushKey{flow: flow, pod: t.Pod}
-		if o, ok := r.pushes.take(key, revision, now); ok {
+		matched[t.Pod] = true
+		key, req := pushKey{flow: flow, pod: t.Pod}, request(t.Pod)
+		subject := subjectOf(&pods[i], t, req)
+		if o, ok := r.pushes.take(key, subject, now, r.resync()); ok {
 			outcomes[i] = o
 			continue
 		}
-		if lastErr := r.pushes.start(key, revision, now); lastErr == nil {
+		if lastErr := r.pushes.start(key, subject, now); lastErr == nil {
 			waiting[i] = key
 		} else {
 			outcomes[i].Err = lastErr
 		}
-		jobs <- pushJob{i: i, key: key, target: t, req: request(t.Pod)} // now: the push may outlive the reconcile and its flow object
+		jobs <- pushJob{i: i, key: key, target: t, req: req} // now: the push may outlive the reconcile and its flow object
 	}
 	close(jobs)
+	r.pushes.keepApplied(flow, matched)
 	// Each answer names its pod, so that collecting it costs one lookup, not one per pod waited for.
 	answered := make(chan int, len(jobs))
 	for range min(r.parallelism(), len(jobs)) {
 		go func() {
 			for job := range jobs {
 				outcome := r.pushOne(ctx, job.target, job.req)
-				if r.pushes.finish(job.key, outcome) {
+				if r.pushes.finish(job.key, outcome, settledAnswer(job.req, outcome), time.Now()) {
 					r.wake(flow)
 				}
 				answered <- job.i
 			}
 		}()
 	}
+	return r.awaitAnswers(outcomes, waiting, answered, now)
+}
+
+// awaitAnswers fills outcomes from the pushes waited for as they answer, until every one did
+// or none has for pushPatience.
+func (r *SubscriptionFlowReconciler) awaitAnswers(outcomes []podOutcome, waiting map[int]pushKey, answered <-chan int, started time.Time) []podOutcome {
 	patience := time.NewTimer(pushPatience)
 	defer patience.Stop()
 	for len(waiting) > 0 {
@@ -79,13 +92,19 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 				if o, ok := r.pushes.collect(key, true); ok {
 					outcomes[i] = o
 				} else {
-					outcomes[i].Err = &stillPushing{since: time.Since(now)}
+					outcomes[i].Err = &stillPushing{since: time.Since(started)}
 				}
 			}
 			return outcomes
 		}
 	}
 	return outcomes
+}
+
+// subjectOf is what pushing req to the pod's agent at t is about (pushSubject).
+func subjectOf(pod *corev1.Pod, t AgentTarget, req protocol.FlowRequest) pushSubject {
+	return pushSubject{request: requestDigest(req), address: agentAddress{pod: pod.UID, url: t.BaseURL},
+		restarts: restarts(pod), token: t.Token}
 }
 
 // pushJob is one pod's push, run by one of the flow's at most parallelism push workers (so a
@@ -104,6 +123,7 @@ func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget,
 	pushDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
+		err = withAgentURL(err, t)
 		var agentErr *AgentError
 		if t.DefaultPort && !errors.As(err, &agentErr) {
 			// The likely cause is the pod spec, not the network: say so.
@@ -113,6 +133,17 @@ func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget,
 		return podOutcome{Pod: t.Pod, Err: err, PreviousToken: previousToken}
 	}
 	return podOutcome{Pod: t.Pod, Status: &status, PreviousToken: previousToken}
+}
+
+// withAgentURL names the agent instead of the flow's URL in a transport error: the error
+// becomes the pod's suspicion, reported by every flow selecting the pod, each of which would
+// otherwise name another flow's URL in its status.
+func withAgentURL(err error, t AgentTarget) error {
+	var urlErr *url.Error
+	if !errors.As(err, &urlErr) || error(urlErr) != err {
+		return err // not the transport's own error: keep what wraps it
+	}
+	return &url.Error{Op: urlErr.Op, URL: t.BaseURL, Err: urlErr.Err}
 }
 
 // wake requeues a flow whose late push ended. Never blocks: when the channel is full, the

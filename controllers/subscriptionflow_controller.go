@@ -253,10 +253,10 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		return req
 	}
 	key := flowKey(flow)
-	obs.Outcomes = r.pushAll(ctx, key, obs.Revision, pods, target, request)
+	obs.Outcomes = r.pushAll(ctx, key, pods, target, request)
 	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
 		obs.Revision = newest + 1
-		obs.Outcomes = r.pushAll(ctx, key, obs.Revision, pods, target, request)
+		obs.Outcomes = r.pushAll(ctx, key, pods, target, request)
 	}
 	for i := range obs.Outcomes {
 		if obs.Outcomes[i].Status == nil {
