@@ -162,11 +162,22 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+	// An admin API that hangs up on every connection. The port stays ours for the whole test: a
+	// port closed at once could be taken meanwhile by another test's server, which answers.
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = closed.Close()
+	t.Cleanup(func() { _ = closed.Close() })
+	go func() {
+		for {
+			conn, err := closed.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
 	root := func(r *http.Request) error { r.Header.Set("Authorization", "Bearer root"); return nil }
 	cases := []struct {
 		name, adminURL, sub string
