@@ -75,16 +75,26 @@ func TestIntegrationUnwiredPodsAreNamedWithTheReason(t *testing.T) {
 	}
 }
 
-// closedPort is a loopback port nothing listens on.
+// closedPort is a loopback port that hangs up on every connection, as an agent that cannot be
+// reached. It stays held until the test ends: a port closed at once could be taken meanwhile by
+// another test's server, which would answer.
 func closedPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func createUnreachablePod(t *testing.T, ns, name string, port int, labels, annotations map[string]string, volumes []corev1.Volume) {
