@@ -5,7 +5,8 @@
 #   hack/client-versions.sh [version...]     default: CLIENT_VERSIONS or v0.19.0 v0.20.0
 #
 # Each run uses a temporary copy of the module whose go.mod requires that version (go get), so
-# the tree itself is left alone. PULSAR_URL and PULSAR_ADMIN_URL, when set, reach the tests.
+# the tree itself is left alone. PULSAR_URL and PULSAR_ADMIN_URL, when set, reach the tests;
+# CLIENT_TEST_COUNT (default 1) repeats them, to measure a flake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -23,7 +24,7 @@ for v in "${versions[@]}"; do
 		"$GO" mod tidy >/dev/null
 		got=$("$GO" list -m -f '{{.Version}}' github.com/apache/pulsar-client-go)
 		[[ "$got" == "$v" ]] || { echo "client-versions: the copy builds with $got, not $v" >&2; exit 1; }
-		"$GO" test -race -count=1 -timeout 30m ./agent/... ./internal/wirerec/...
+		"$GO" test -race -count=${CLIENT_TEST_COUNT:-1} -timeout 30m ./agent/... ./internal/wirerec/...
 	)
 	rm -rf "$copy"
 	trap - EXIT

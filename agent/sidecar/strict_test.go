@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +32,9 @@ var strictLeakBound = map[string]int{"go": 11, "java": 0, "python": 0}
 // FLOW; resumed, every message arrives, those the client dropped delivered again.
 func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 	forEachPeer(t, func(t *testing.T, lang string) {
+		if lang == "go" {
+			needStrictGoClient(t)
+		}
 		w := newWorld(t, Options{StrictPause: true})
 		topic, name := uniqueTopic(t), "app-"+lang
 		producer := newClient(t, w.url)
@@ -73,6 +79,9 @@ func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 // Sidecar.awaitDetaches closes.
 func TestStrictPauseTransitions(t *testing.T) {
 	forEachPeer(t, func(t *testing.T, lang string) {
+		if lang == "go" {
+			needStrictGoClient(t)
+		}
 		w := newWorld(t, Options{StrictPause: true})
 		topic, name := uniqueTopic(t), "app-"+lang
 		producer := newClient(t, w.url)
@@ -117,6 +126,7 @@ func TestStrictPauseTransitions(t *testing.T) {
 // that window in about one run in ten without the hold; this test runs the transitions with
 // the in-process client that way.
 func TestStrictPauseGoClientKeepsItsHandler(t *testing.T) {
+	needStrictGoClient(t)
 	w := newWorld(t, Options{StrictPause: true})
 	topic := uniqueTopic(t)
 	producer := newClient(t, w.url)
@@ -136,5 +146,27 @@ func TestStrictPauseGoClientKeepsItsHandler(t *testing.T) {
 		all = append(all, produceUnbatched(t, producer, topic, "m", 20*(round+1), 20*(round+2))...)
 		setState(t, c, protocol.Running)
 		eventually(t, fmt.Sprintf("everything after resume %d", round+1), func() bool { return len(missing(all, cons.values())) == 0 })
+	}
+}
+
+// needStrictGoClient skips a strict-pause test of pulsar-client-go before v0.21, which
+// hack/client-versions.sh builds the tests with: there the client's consumer stalls on its
+// re-subscribe now and then (v0.19: 4 of 40 runs), so strict mode is stated for v0.21 only
+// (docs/sidecar.md, Limits). The version is the module's requirement (test binaries carry no
+// dependency list).
+func needStrictGoClient(t *testing.T) {
+	t.Helper()
+	goMod, err := os.ReadFile(filepath.Join(repoRoot(), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(goMod)) {
+		var major, minor int
+		version, ok := strings.CutPrefix(strings.TrimSpace(line), "github.com/apache/pulsar-client-go ")
+		if ok {
+			if _, err := fmt.Sscanf(version, "v%d.%d", &major, &minor); err == nil && major == 0 && minor < 21 {
+				t.Skipf("strict pause is stated for pulsar-client-go v0.21 and later; this is %s", version)
+			}
+		}
 	}
 }
