@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +114,7 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 	}
 
 	root := t.TempDir()
-	controlPort, dataAddr := freePort(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	controlPort, dataAddr := testkit.FreePort(t), fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	pod := appPod(ns, map[string]string{"app": "orders-worker", webhooks.InjectLabel: webhooks.ModeSidecar},
 		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort)})
 	pod.GenerateName, pod.Name = "", "orders-worker-0"
@@ -185,16 +184,6 @@ func runSidecar(t *testing.T, args []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // counted is an application consuming through the sidecar, counting what it receives.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +43,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err := os.WriteFile(token, []byte("bench"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	listen := freeLoopback(b)
+	listen := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(b))
 	cmd := exec.Command(bin, "--broker-url", e.direct, "--listen", listen, "--control-addr", "127.0.0.1:0", "--token-file", token)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -63,15 +62,6 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}()
 	e.sidecar, e.pid = "pulsar://"+listen, cmd.Process.Pid
 	return e
-}
-
-func freeLoopback(tb testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 // memoryMiB reads a VmHWM or VmRSS line of a process, in MiB.

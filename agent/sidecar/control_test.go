@@ -2,10 +2,8 @@ package sidecar
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -38,20 +36,7 @@ func startControl(t *testing.T, w *world) *controlAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("control server: %v", err)
-		}
-	})
-	return &controlAPI{url: "http://" + ln.Addr().String() + protocol.PathPrefix}
+	return &controlAPI{url: "http://" + serveOnLoopback(t, "control server", srv.Serve) + protocol.PathPrefix}
 }
 
 // do sends a request and decodes a 200 answer into out; it returns the status code.
@@ -92,6 +77,18 @@ func (api *controlAPI) push(t *testing.T, flow string, req protocol.FlowRequest)
 		t.Fatalf("PUT flow %s: HTTP %d", flow, code)
 	}
 	return st
+}
+
+// awaitSeek pushes req, as the controller does on every reconcile, until the pod reports its
+// seek finished, and returns that report.
+func (api *controlAPI) awaitSeek(t *testing.T, flow string, req protocol.FlowRequest) *protocol.SeekStatus {
+	t.Helper()
+	var seek *protocol.SeekStatus
+	eventually(t, "the seek to finish", func() bool {
+		seek = api.push(t, flow, req).Seek
+		return seek != nil && seek.State != protocol.SeekRunning
+	})
+	return seek
 }
 
 func consumerStates(st protocol.FlowStatus) []protocol.State {
@@ -192,11 +189,7 @@ func TestSeekExecutedBySidecar(t *testing.T) {
 		mark := w.rec.Mark()
 		index := int64(5)
 		rule.Revision, rule.Seek = 2, &protocol.SeekRequest{ID: "seek-1", Index: &index, Execute: true}
-		var seek *protocol.SeekStatus
-		eventually(t, "the seek to finish", func() bool {
-			seek = api.push(t, "orders", rule).Seek
-			return seek != nil && seek.State != protocol.SeekRunning
-		})
+		seek := api.awaitSeek(t, "orders", rule)
 		if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 1 || seek.Positions[0].Index != 5 {
 			t.Fatalf("the sidecar's seek reported %+v, want Succeeded at index 5", *seek)
 		}
@@ -246,11 +239,7 @@ func TestPartitionedSeekExecutedBySidecar(t *testing.T) {
 
 		rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", Topic: topic, State: protocol.Paused,
 			Seek: &protocol.SeekRequest{ID: "seek-1", Partitions: []protocol.PartitionIndex{{Partition: 0, Index: 0}, {Partition: 1, Index: 0}}, Execute: true}}
-		var seek *protocol.SeekStatus
-		eventually(t, "the seek to finish", func() bool {
-			seek = api.push(t, "orders", rule).Seek
-			return seek != nil && seek.State != protocol.SeekRunning
-		})
+		seek := api.awaitSeek(t, "orders", rule)
 		if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 2 {
 			t.Fatalf("the sidecar's seek reported %+v, want Succeeded on both partitions", *seek)
 		}

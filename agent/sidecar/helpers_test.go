@@ -78,20 +78,27 @@ func startSidecar(t *testing.T, o Options) (*Sidecar, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, "pulsar://" + serveOnLoopback(t, "sidecar", s.Serve)
+}
+
+// serveOnLoopback runs serve on a random loopback port until the test ends, fails the test if
+// it then returns an error, and returns the address.
+func serveOnLoopback(t *testing.T, what string, serve func(context.Context, net.Listener) error) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
+	go func() { served <- serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {
-			t.Errorf("sidecar: %v", err)
+			t.Errorf("%s: %v", what, err)
 		}
 	})
-	return s, "pulsar://" + ln.Addr().String()
+	return ln.Addr().String()
 }
 
 var topicSeq atomic.Int64

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +58,8 @@ func TestControllerDrivesASidecarPod(t *testing.T) {
 
 	// The arguments the webhook injects, and then what the kubelet and the pod's network
 	// would make of them here: a free port per listener and the token mounted elsewhere.
-	controlPort := freePort(t)
-	dataAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	controlPort := testkit.FreePort(t)
+	dataAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	args := append(webhooks.SidecarArgs(broker.ServiceURL(), broker.AdminURL(), int32(controlPort)),
 		"--listen="+dataAddr, fmt.Sprintf("--control-addr=127.0.0.1:%d", controlPort), "--token-file="+tokenFile,
 		"--name=orders-0", "--backlog-refresh=200ms")
@@ -215,16 +214,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // app is a pulsar-client-go consumer whose application records what it receives.
