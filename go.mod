@@ -9,6 +9,7 @@ tool (
 )
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.2
 	github.com/apache/pulsar-client-go v0.21.0
 	github.com/bufbuild/protocompile v0.14.1
 	github.com/go-logr/logr v1.4.4
@@ -133,6 +134,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pierrec/lz4/v4 v4.1.22 // indirect
 	github.com/pkg/errors v0.9.1 // indirect

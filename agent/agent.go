@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/subflow-dev/subflow/agent/internal/startgate"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
@@ -63,9 +64,7 @@ type Agent struct {
 	mu         sync.Mutex
 	consumers  []*Consumer
 	hooks      []func(*Consumer)
-	syncState  protocol.State // the start-up gate's wish: Paused while unsynced, then Running
-	synced     bool
-	syncTimer  *time.Timer
+	gate       *startgate.Gate              // the start-up gate's wish: Paused while unsynced, then Running
 	watches    map[backlogKey]*backlogWatch // subscriptions whose backlog is read in the background
 	closed     bool
 	closedOnce sync.Once
@@ -89,14 +88,11 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Logger, metrics: m, syncState: protocol.Running, synced: !opts.StartGated}
+	a := &Agent{opts: opts, log: opts.Logger, metrics: m}
 	if opts.AdminURL != "" {
 		a.admin = newAdminClient(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth, opts.AdminRedirectHosts)
 	}
-	if opts.StartGated {
-		a.syncState = protocol.Paused
-		a.syncTimer = time.AfterFunc(opts.SyncTimeout, a.syncTimedOut)
-	}
+	a.gate = startgate.New(opts.StartGated, opts.SyncTimeout, opts.FallbackState, opts.Logger, a.regate)
 	return a, nil
 }
 
@@ -151,24 +147,16 @@ func (a *Agent) Name() string { return a.opts.Name }
 
 // MarkSynced lifts the start-up gate: the controller has pushed the desired state. It is a
 // no-op when the agent is already synced.
-func (a *Agent) MarkSynced() {
-	a.setSyncState(protocol.Running, true)
-}
+func (a *Agent) MarkSynced() { a.gate.MarkSynced() }
 
 // Synced reports whether MarkSynced was called or StartGated is off.
-func (a *Agent) Synced() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.synced
-}
+func (a *Agent) Synced() bool { return a.gate.Synced() }
 
 // Close stops the sync timer and the background backlog reads. Consumers are closed by the
 // application.
 func (a *Agent) Close() {
 	a.closedOnce.Do(func() {
-		if a.syncTimer != nil {
-			a.syncTimer.Stop()
-		}
+		a.gate.Stop()
 		a.mu.Lock()
 		a.closed = true
 		a.mu.Unlock()
@@ -176,41 +164,16 @@ func (a *Agent) Close() {
 	})
 }
 
-func (a *Agent) syncTimedOut() {
+// regate brings every consumer to its state after the start-up gate moved.
+func (a *Agent) regate() {
 	a.mu.Lock()
-	synced := a.synced
-	a.mu.Unlock()
-	if synced {
-		return
-	}
-	a.log.Info("Start-up sync timed out", "fallbackState", a.opts.FallbackState, "timeout", a.opts.SyncTimeout.String())
-	a.setSyncState(a.opts.FallbackState, false)
-}
-
-func (a *Agent) setSyncState(state protocol.State, synced bool) {
-	a.mu.Lock()
-	if a.synced {
-		a.mu.Unlock()
-		return
-	}
-	a.synced = synced
-	a.syncState = state
 	consumers := append([]*Consumer(nil), a.consumers...)
-	if synced && a.syncTimer != nil {
-		a.syncTimer.Stop()
-	}
 	a.mu.Unlock()
 	for _, c := range consumers {
 		if err := c.reconcileLocked(); err != nil {
 			c.log.Error(err, "Applying start-up state failed")
 		}
 	}
-}
-
-func (a *Agent) currentSyncState() protocol.State {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.syncState
 }
 
 func (a *Agent) forget(c *Consumer) {

@@ -62,7 +62,23 @@ type Consumer struct {
 
 	mu       sync.Mutex
 	takersGo *sync.Cond // signalled when takers drops to zero
-	gate
+	gate                // the message path, guarded by mu
+
+	// The session, guarded by mu.
+	inner  pulsar.Consumer // the client's consumer, nil while unsubscribed
+	closed bool            // Close or Unsubscribe ended the consumer for good
+	// seeking: a seek by index has the consumer unsubscribed while it resets cursors (seek.go);
+	// seekWant is the state wished for meanwhile, which the consumer reports and returns to.
+	seeking  bool
+	seekWant protocol.State
+	state    protocol.State
+	since    time.Time
+	// renewal is the scheduled fresh subscription of a paused consumer of chunked messages;
+	// renewSeq tells a stale callback from the current one.
+	renewal   *time.Timer
+	renewSeq  int64
+	nacks     []deferredNack // nacks the agent keeps until due while open (nack.go)
+	nackTimer *time.Timer    // the next hand-over of nacks to the client
 }
 
 func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *Consumer {
@@ -157,9 +173,11 @@ func (c *Consumer) current() (pulsar.Consumer, error) {
 // liveInner wraps the underlying consumer for atomic publication.
 type liveInner struct{ pulsar.Consumer }
 
-// setInnerLocked replaces the underlying consumer and its channel.
-func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.ConsumerMessage) {
-	c.inner, c.src = inner, src
+// setInnerLocked replaces the underlying consumer and its channel; plugged says src was made
+// full (newSource).
+func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.ConsumerMessage, plugged bool) {
+	c.inner = inner
+	c.plug.use(src, plugged)
 	if inner == nil {
 		c.live.Store(nil)
 		return

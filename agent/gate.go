@@ -3,13 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-
-	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // The gate decides whether a message taken from the client may reach the application.
@@ -36,9 +33,13 @@ import (
 // Receive reads it (see zeroqueue.go); its fetch in flight is the only taker, and its message
 // is held when the gate is closed.
 //
-// openGateLocked and closeGateLocked are the only code that changes the phase; plugLocked,
-// unplugLocked and resetPlugLocked (a new src, or none) the only code that changes the plug.
-// All run with Consumer.mu held, which is released through unlockGate.
+// The gate is built from three parts that own their fields and change them only through
+// their methods (plug.go, held.go, fasttake.go): the plug (src and its placeholders), the held queue,
+// and the switch of the lock-free fast take. openGateLocked and closeGateLocked are the only
+// code that changes the phase. The plug is filled by plugLocked (closeGateLocked) and drained
+// by unplugLocked (openGateLocked, and a client-side seek, which empties src itself);
+// setInnerLocked gives it a new src, or none. All run with Consumer.mu held, which is
+// released through unlockGate.
 type gatePhase int
 
 const (
@@ -65,74 +66,25 @@ const channelCapacity = 10
 
 // gate is the state the message path reads; guarded by Consumer.mu.
 type gate struct {
-	inner   pulsar.Consumer
-	src     chan pulsar.ConsumerMessage // the client's MessageChannel
-	plugged bool                        // src is full and only the gate reads it
-	// pluggedReal counts the messages (not placeholders) in the plugged src, pushed before
-	// pluggedAt; dropPlugged means unplugging discards them (a seek made them stale).
-	pluggedReal int
-	pluggedAt   time.Time
-	dropPlugged bool
-	// dropPluggedOf narrows dropPlugged to these partitions (nil: every one).
-	dropPluggedOf partitionSet
-	phase         gatePhase
-	changed       chan struct{} // closed and replaced whenever the phase changes
+	phase   gatePhase
+	changed chan struct{} // closed and replaced whenever the phase changes
+	plug    plug          // the client's MessageChannel
 	// takers counts goroutines that may take from src or hold a message in hand; closing
 	// waits for it to drop to zero.
 	takers int
-	held   []heldMessage
+	held   heldQueue
 	fetch  *zeroQueueFetch // the zero-queue Receive in flight, at most one
 	// skips is the filter of the last seek into a batch entry (skip.go); read lock-free by
 	// every take, replaced whole.
-	skips atomic.Pointer[skipSet]
+	skips  atomic.Pointer[skipSet]
+	handed redeliveryFilter // messages held while closed, to drop their redelivered copies
 
-	closed bool // Close or Unsubscribe ended the consumer for good
-	// seeking: a seek by index has the consumer unsubscribed while it resets cursors (seek.go);
-	// seekWant is the state wished for meanwhile, which the consumer reports and returns to.
-	seeking  bool
-	seekWant protocol.State
+	// fast is the take without c.mu (takeFast); see syncFastLocked. slowOnly turns it off,
+	// for the benchmarks that measure what it saves.
+	fast     fastTake
+	slowOnly bool
 
-	// The fast take (takeFast) reads these without c.mu; see syncFastLocked. slowOnly turns it
-	// off, for the benchmarks that measure what it saves.
-	slowOnly    bool
-	fast        atomic.Bool
-	fastTakers  atomic.Int64
-	fastSrc     chan pulsar.ConsumerMessage
-	fastClosing chan struct{} // closed when fast is cleared
-
-	state               protocol.State
-	since               time.Time
 	receivedWhilePaused int64
-
-	// renewal is the scheduled fresh subscription of a paused consumer of chunked messages;
-	// renewSeq tells a stale callback from the current one.
-	renewal  *time.Timer
-	renewSeq int64
-
-	nacks     []deferredNack   // nacks the agent keeps until due while open (nack.go)
-	nackTimer *time.Timer      // the next hand-over of nacks to the client
-	handed    redeliveryFilter // messages held while closed, to drop their redelivered copies
-}
-
-// heldMessage is a message taken from the client while the gate closed.
-type heldMessage struct {
-	cm pulsar.ConsumerMessage
-	at time.Time
-}
-
-// newSource makes the client's MessageChannel for a new subscribe, plugged unless the gate
-// is open, so that a consumer subscribing while paused cannot return a single permit.
-func (c *Consumer) newSourceLocked() chan pulsar.ConsumerMessage {
-	if c.zeroQueue {
-		return make(chan pulsar.ConsumerMessage)
-	}
-	src := make(chan pulsar.ConsumerMessage, channelCapacity)
-	if c.phase != gateOpen {
-		for range channelCapacity {
-			src <- pulsar.ConsumerMessage{}
-		}
-	}
-	return src
 }
 
 // openGateLocked unplugs src and lets messages reach the application.
@@ -157,7 +109,7 @@ func (c *Consumer) closeGateLocked() {
 		c.freezeNacksLocked()
 		c.syncFastLocked()
 		c.signalLocked()
-		for c.takers > 0 || c.fastTakers.Load() > 0 {
+		for c.takers > 0 || c.fast.busy() {
 			checkGateLocked(c) // Wait releases c.mu
 			c.takersGo.Wait()
 		}
@@ -166,23 +118,9 @@ func (c *Consumer) closeGateLocked() {
 	c.plugLocked()
 }
 
-// plugLocked fills src's free slots with placeholders (zero ConsumerMessages, which the client
-// never sends). Nobody else takes from src now, so a failed send means src is full.
+// plugLocked plugs src, so that the client can push no more into it.
 func (c *Consumer) plugLocked() {
-	if c.plugged || c.src == nil || c.zeroQueue {
-		return
-	}
-	placeholders := 0
-	for full := false; !full; {
-		select {
-		case c.src <- pulsar.ConsumerMessage{}:
-			placeholders++
-		default:
-			full = true
-		}
-	}
-	c.plugged = true
-	c.pluggedReal, c.pluggedAt, c.dropPlugged = cap(c.src)-placeholders, time.Now(), false
+	c.plug.fill()
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
 
@@ -190,31 +128,16 @@ func (c *Consumer) plugLocked() {
 // plug are held in order (new pushes land behind them), the placeholders are dropped, and so
 // are the broker's copies of messages the gate holds (a reconnect while paused sent them).
 func (c *Consumer) unplugLocked() {
-	if !c.plugged {
-		return
-	}
-	for range cap(c.src) {
-		cm := <-c.src
-		if cm.Message != nil && !c.droppedWhilePlugged(cm) && !c.skipBeforeTarget(cm) && !c.heldCopyLocked(cm) {
+	c.plug.drain(func(cm pulsar.ConsumerMessage) {
+		if !c.skipBeforeTarget(cm) && !c.heldCopyLocked(cm) {
 			c.holdLocked(cm, false)
 		}
-	}
-	c.resetPlugLocked(false)
+	})
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
 
-// resetPlugLocked starts the plug's bookkeeping afresh: src was unplugged, replaced by a new
-// one (plugged when the gate gave it full, so it holds placeholders only) or dropped.
-func (c *Consumer) resetPlugLocked(plugged bool) {
-	c.plugged, c.pluggedReal, c.dropPlugged, c.dropPluggedOf = plugged, 0, false, nil
-}
-
-func (c *Consumer) droppedWhilePlugged(cm pulsar.ConsumerMessage) bool {
-	return c.dropPlugged && c.dropPluggedOf.has(cm.Message.ID().PartitionIdx())
-}
-
 // heldCountLocked counts the messages taken from the client that wait for the gate to open.
-func (c *Consumer) heldCountLocked() int { return len(c.held) + c.pluggedReal }
+func (c *Consumer) heldCountLocked() int { return c.held.len() + c.plug.held() }
 
 // dropOnArrival reports whether a message just taken from the client never reaches the
 // application: it lies before a seek target inside the target's batch entry (acked), or it
@@ -296,11 +219,11 @@ func (c *Consumer) next(ctx context.Context, give hand) (pulsar.ConsumerMessage,
 			}
 			continue
 		}
-		if c.fast.Load() {
+		if c.fast.isOn() {
 			c.unlockGate()
 			continue
 		}
-		src := c.src
+		src := c.plug.source()
 		c.takers++
 		c.unlockGate()
 		select {
@@ -339,22 +262,17 @@ func (c *Consumer) handOverInHand(cm pulsar.ConsumerMessage, changed <-chan stru
 }
 
 // takeFast is the take without c.mu, for the common case: the gate open, nothing held, no
-// redelivery filter to apply (it applies the seek filter itself). It announces itself in
-// fastTakers, then re-checks fast; closeGateLocked clears fast, then waits for fastTakers to
-// reach zero (sequentially consistent atomics: either the closer sees the taker, or the taker
-// sees fast cleared). With a hand, it gives the message before it leaves. ok is false when the
-// slow path must decide.
+// redelivery filter to apply (it applies the seek filter itself); see fastTake. With a hand, it
+// gives the message before it leaves. ok is false when the slow path must decide.
 func (c *Consumer) takeFast(ctx context.Context, give hand) (cm pulsar.ConsumerMessage, ok bool, err error) {
-	if !c.fast.Load() {
+	if !c.fast.enter() {
 		return cm, false, nil
 	}
-	c.fastTakers.Add(1)
 	defer c.leaveFast()
-	if !c.fast.Load() {
+	src, closing, on := c.fast.channels()
+	if !on {
 		return cm, false, nil
 	}
-	// Written before fast was set and not again until every fast taker has left.
-	src, closing := c.fastSrc, c.fastClosing
 	for taken := false; !taken; {
 		select {
 		case cm = <-src:
@@ -368,7 +286,7 @@ func (c *Consumer) takeFast(ctx context.Context, give hand) (cm pulsar.ConsumerM
 	}
 	given := cm
 	given.Consumer = c
-	if c.fast.Load() && (give == nil || give(given, closing)) {
+	if c.fast.isOn() && (give == nil || give(given, closing)) {
 		return given, true, nil
 	}
 	c.mu.Lock()
@@ -378,7 +296,7 @@ func (c *Consumer) takeFast(ctx context.Context, give hand) (cm pulsar.ConsumerM
 }
 
 func (c *Consumer) leaveFast() {
-	if c.fastTakers.Add(-1) == 0 && !c.fast.Load() {
+	if c.fast.leave() {
 		c.mu.Lock()
 		c.takersGo.Broadcast()
 		c.unlockGate()
@@ -387,18 +305,12 @@ func (c *Consumer) leaveFast() {
 
 // syncFastLocked allows the fast take exactly when it is safe: the gate open, nothing held,
 // no redelivery filter (the seek filter is the fast take's own). While the gate is open this can
-// only become true (held and the filter only shrink); it becomes false in closeGateLocked, which then waits for fast takers.
+// only become true (held and the filter only shrink); it becomes false in closeGateLocked, which
+// then waits for fast takers.
 func (c *Consumer) syncFastLocked() {
-	want := !c.slowOnly && c.phase == gateOpen && !c.zeroQueue && c.src != nil && len(c.held) == 0 &&
-		c.handed.empty()
-	switch {
-	case want && !c.fast.Load():
-		c.fastSrc, c.fastClosing = c.src, make(chan struct{})
-		c.fast.Store(true)
-	case !want && c.fast.Load():
-		c.fast.Store(false)
-		close(c.fastClosing)
-	}
+	src := c.plug.source()
+	c.fast.set(!c.slowOnly && c.phase == gateOpen && !c.zeroQueue && src != nil && c.held.len() == 0 &&
+		c.handed.empty(), src)
 }
 
 // handOver ends a take from src: true when the message may go to the application, false when
@@ -474,23 +386,16 @@ func (c *Consumer) holdLocked(cm pulsar.ConsumerMessage, front bool) {
 		c.handed.remember(cm.Message.ID())
 	}
 	c.noteChunked(cm)
-	h := heldMessage{cm: cm, at: time.Now()}
-	if front {
-		c.held = append([]heldMessage{h}, c.held...)
-	} else {
-		c.held = append(c.held, h)
-	}
+	c.held.push(cm, front)
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 }
 
 // popHeldLocked takes the oldest held message.
 func (c *Consumer) popHeldLocked() (pulsar.ConsumerMessage, bool) {
-	if len(c.held) == 0 {
-		return pulsar.ConsumerMessage{}, false
+	cm, ok := c.held.pop()
+	if !ok {
+		return cm, false
 	}
-	cm := c.held[0].cm
-	c.held[0] = heldMessage{}
-	c.held = c.held[1:]
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 	c.syncFastLocked()
 	cm.Consumer = c
@@ -498,43 +403,15 @@ func (c *Consumer) popHeldLocked() (pulsar.ConsumerMessage, bool) {
 }
 
 // dropHeldLocked drops held messages taken at or before `before` (all when zero), without
-// acknowledging them: a seek made them stale. It returns how many were dropped.
+// acknowledging them: a seek made them stale. It returns how many it knows it dropped (the
+// plugged src's messages of some partitions only are counted when drained).
 func (c *Consumer) dropHeldLocked(before time.Time, partitions partitionSet) int {
-	kept := c.held[:0]
-	dropped := 0
-	for _, h := range c.held {
-		if (before.IsZero() || !h.at.After(before)) && partitions.has(h.cm.Message.ID().PartitionIdx()) {
-			dropped++
-			continue
-		}
-		kept = append(kept, h)
-	}
-	clear(c.held[len(kept):])
-	c.held = kept
-	if c.plugged && c.pluggedReal > 0 && (before.IsZero() || !c.pluggedAt.After(before)) {
-		c.dropPluggedFrom(partitions)
-		if partitions == nil {
-			dropped += c.pluggedReal
-			c.pluggedReal = 0
-		}
-	}
+	dropped := c.held.dropIf(func(h heldMessage) bool {
+		return (before.IsZero() || !h.at.After(before)) && partitions.has(h.cm.Message.ID().PartitionIdx())
+	})
+	dropped += c.plug.discardBefore(before, partitions)
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 	return dropped
-}
-
-// dropPluggedFrom marks the plugged src's messages of these partitions (nil: all) to be
-// discarded when it is unplugged. Which partitions they belong to is only known then, so a
-// partial drop leaves the held count an upper bound until the gate opens.
-func (c *Consumer) dropPluggedFrom(partitions partitionSet) {
-	switch {
-	case partitions == nil || (c.dropPlugged && c.dropPluggedOf == nil):
-		c.dropPluggedOf = nil
-	case c.dropPlugged:
-		maps.Copy(c.dropPluggedOf, partitions)
-	default:
-		c.dropPluggedOf = maps.Clone(partitions)
-	}
-	c.dropPlugged = true
 }
 
 // DropHeld drops the messages the gate holds that it took at or before `before` (all when

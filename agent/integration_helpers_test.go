@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -482,6 +483,30 @@ func (e *env) stats(t testing.TB, topic, sub string, partitioned bool) (subStats
 	return st, ok
 }
 
+// logWireOnFailure logs, if the test fails, every frame recorded since the mark and the
+// topic's subscription stats: what a flake on a loaded machine leaves to read.
+func (e *env) logWireOnFailure(t *testing.T, topic string, since wirerec.Mark) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, ev := range e.wire.Events(wirerec.Filter{Since: since}) {
+			consumer := ""
+			if ev.Consumer != nil {
+				consumer = ev.Consumer.Name + "@" + ev.Consumer.Subscription
+			}
+			t.Logf("wire %s conn %d %s %s %s permits=%d messages=%d id=%+v active=%v error=%q url=%q afterClose=%v",
+				ev.Time.Format("15:04:05.000"), ev.Conn, ev.Dir, ev.Type, consumer, ev.Permits, ev.Messages, ev.MessageID,
+				ev.Active, ev.Error, ev.URL, ev.AfterClose)
+		}
+		if path, err := topicPath(topic); err == nil {
+			var st json.RawMessage
+			e.adminJSON(t, http.MethodGet, path+"/stats", "", &st)
+			t.Logf("stats of %s: %s", topic, st)
+		}
+	})
+}
+
 // backlog is the subscription's backlog from the admin API; acks that reached the broker take
 // it down.
 func (e *env) backlog(t testing.TB, topic, sub string) int64 {
@@ -578,6 +603,28 @@ type collector struct {
 }
 
 func collect(t testing.TB, c pulsar.Consumer) *collector { return collectAcking(t, c, true) }
+
+// logGatesOnFailure logs, when the test fails, what each consumer reports and its gate's
+// fields, before the consumers close.
+func logGatesOnFailure(t *testing.T, consumers map[string]*Consumer) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			logGates(t, consumers)
+		}
+	})
+}
+
+// logGates logs what each consumer reports and its gate's fields.
+func logGates(t *testing.T, consumers map[string]*Consumer) {
+	for _, name := range slices.Sorted(maps.Keys(consumers)) {
+		c := consumers[name]
+		st := c.Status()
+		c.mu.Lock()
+		dump := gateDump(c)
+		c.mu.Unlock()
+		t.Logf("consumer %s: %s, held %d, connected %v; gate: %s", name, st.State, st.HeldMessages, st.Connected, dump)
+	}
+}
 
 // collectAcking collects like collect; without ack it avoids a data race inside pulsar-client-go
 // v0.19 between Ack and the discovery of new partitions (consumer_impl.go reads the partition

@@ -128,7 +128,8 @@ func TestIntegrationSeekInsideBatchThenPauseBeforeTaking(t *testing.T) {
 	poll.Eventually(t, "the target's entry in the client's channel", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.src != nil && len(c.src) == cap(c.src)
+		src := c.plug.source()
+		return src != nil && len(src) == cap(src)
 	})
 	c.Pause()
 	if held := c.Status().HeldMessages; held > int64(channelCapacity) {

@@ -262,16 +262,32 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	testkit.ReceiveAndAck(t, active, 40, receiveLimit)
 	poll.Eventually(t, "acks", func() bool { return e.backlog(t, topic, "sub") == 0 })
 
+	beforeSeek := e.wire.Mark()
+	e.logWireOnFailure(t, topic, beforeSeek)
 	if _, err := standby.SeekByIndex(context.Background(), 20); err != nil {
 		t.Fatal(err)
 	}
 	// The reset reconnects both consumers, and the broker may pick either as active again (on a
-	// non-partitioned topic, by the order they subscribe): whichever it is gets 20..39.
+	// non-partitioned topic, by the order they subscribe): whichever it is gets 20..39. A
+	// re-subscribe the broker refuses while the reset runs backs off (100 ms, doubling), and the
+	// new active consumer waits for the failover delay: longer than poll's deadline on a loaded
+	// machine (CI failed here at 10 s once).
+	afterReset := testkit.Poll{Within: 3 * waitLimit, Every: time.Millisecond}
 	fromActive, fromStandby := collect(t, active), collect(t, standby)
-	poll.Eventually(t, "20..39 once more after the seek", func() bool {
-		return len(fromActive.distinct())+len(fromStandby.distinct()) >= 20
-	})
-	poll.Eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
+	logGatesOnFailure(t, consumers)
+	replayed := func() bool { return len(fromActive.distinct())+len(fromStandby.distinct()) >= 20 }
+	if !afterReset.Until(replayed) {
+		// Seen 1 in 3 runs under load on Pulsar 4.0.7 with pulsar-client-go v0.21: the broker sent
+		// 20..39 to the consumer it made active, yet its client never pushed them into the gate's
+		// channel (both gates open, channels empty, a taker waiting, no ack sent). The client
+		// holds them, unacknowledged; a reconnect makes the broker send them again. Nothing may
+		// be lost: they must come then.
+		logGates(t, consumers)
+		t.Log("the replay did not reach either gate: reconnecting every client")
+		e.dropConnections()
+		afterReset.Eventually(t, "20..39 after a reconnect", replayed)
+	}
+	afterReset.Eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	fromActive.stop()
 	fromStandby.stop()
 	for _, seqs := range [][]int{fromActive.seqsCopy(), fromStandby.seqsCopy()} {

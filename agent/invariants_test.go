@@ -28,7 +28,7 @@ func gateInvariants(c *Consumer) []string {
 			broken = append(broken, invariant)
 		}
 	}
-	open, plugged, live := c.phase == gateOpen, c.plugged, c.live.Load()
+	open, plugged, live, src := c.phase == gateOpen, c.plug.isPlugged(), c.live.Load(), c.plug.source()
 	check(c.phase == gateClosed || open || c.phase == gateClosing, "the phase is closed, open or closing")
 	// A consumer closed for good hands nothing over; finish closes the gate before it ends.
 	check(!c.closed || !open, "closed for good => gate not open")
@@ -37,7 +37,7 @@ func gateInvariants(c *Consumer) []string {
 	// The gate opens only on a subscribed consumer, and Stop closes it before unsubscribing.
 	check(!open || c.inner != nil, "gate open => subscribed")
 	// src is the MessageChannel the current client consumer was subscribed with.
-	check((c.inner == nil) == (c.src == nil), "subscribed <=> src")
+	check((c.inner == nil) == (src == nil), "subscribed <=> src")
 	// live is the lock-free copy of inner (setInnerLocked writes both).
 	check((live == nil) == (c.inner == nil) && (live == nil || live.Consumer == c.inner), "live == inner")
 	// closeGateLocked returns only once every taker delivered or put back; new ones join an open gate only.
@@ -46,17 +46,17 @@ func gateInvariants(c *Consumer) []string {
 	// A plugged src is what keeps the client from pushing (returning permits) while gated.
 	check(!plugged || !open, "plugged => gate not open")
 	// Nobody takes from a plugged src but unplugLocked, and the client cannot push into a full one.
-	check(!plugged || (c.src != nil && len(c.src) == cap(c.src)), "plugged => src full")
+	check(!plugged || (src != nil && len(src) == cap(src)), "plugged => src full")
 	// A zero-queue src is unbuffered: the client's own Receive reads it, so it is never plugged.
 	check(!plugged || !c.zeroQueue, "plugged => not zero-queue")
 	// The plug's bookkeeping describes the plugged src only.
-	check(plugged || (c.pluggedReal == 0 && !c.dropPlugged && c.dropPluggedOf == nil), "unplugged => no plug bookkeeping")
-	check(c.pluggedReal >= 0 && (c.src == nil || c.pluggedReal <= cap(c.src)), "0 <= pluggedReal <= cap(src)")
+	check(plugged || (c.plug.real == 0 && !c.plug.discard && c.plug.discardOf == nil), "unplugged => no plug bookkeeping")
+	check(c.plug.real >= 0 && (src == nil || c.plug.real <= cap(src)), "0 <= plugged messages <= cap(src)")
 	// The fast take skips every check of the slow path, so it is on exactly when none applies.
-	check(c.fast.Load() == (!c.slowOnly && open && !c.zeroQueue && c.src != nil && len(c.held) == 0 && c.handed.empty()),
+	check(c.fast.isOn() == (!c.slowOnly && open && !c.zeroQueue && src != nil && c.held.len() == 0 && c.handed.empty()),
 		"fast <=> open, not zero-queue, subscribed, nothing held, no redelivery filter")
-	// Fast takers read fastSrc without c.mu: it must be the current src.
-	check(!c.fast.Load() || c.fastSrc == c.src, "fast => fastSrc == src")
+	// Fast takers read the fast take's src without c.mu: it must be the current src.
+	check(!c.fast.isOn() || c.fast.src == src, "fast => its src is src")
 	// The nacks' clock runs only while the gate is open (freezeNacksLocked stops the timer).
 	check(c.nackTimer == nil || open, "nack timer => gate open")
 	// Kept nacks belong to the session: closing the client consumer returns them to the broker.
@@ -69,10 +69,11 @@ func gateInvariants(c *Consumer) []string {
 }
 
 func gateDump(c *Consumer) string {
-	return fmt.Sprintf("phase=%s closed=%v subscribed=%v src=%d/%d plugged=%v pluggedReal=%d dropPlugged=%v "+
+	src := c.plug.source()
+	return fmt.Sprintf("phase=%s closed=%v subscribed=%v src=%d/%d plugged=%v pluggedReal=%d discard=%v "+
 		"takers=%d fast=%v fastTakers=%d held=%d handed=%d nacks=%d nackTimer=%v renewal=%v fetch=%v seeking=%v zeroQueue=%v",
-		c.phase, c.closed, c.inner != nil, len(c.src), cap(c.src), c.plugged, c.pluggedReal, c.dropPlugged,
-		c.takers, c.fast.Load(), c.fastTakers.Load(), len(c.held), len(c.handed.ids), len(c.nacks),
+		c.phase, c.closed, c.inner != nil, len(src), cap(src), c.plug.isPlugged(), c.plug.real, c.plug.discard,
+		c.takers, c.fast.isOn(), c.fast.takers.Load(), c.held.len(), len(c.handed.ids), len(c.nacks),
 		c.nackTimer != nil, c.renewal != nil, c.fetch != nil, c.seeking, c.zeroQueue)
 }
 
@@ -89,9 +90,9 @@ func TestGateInvariantsSeeABrokenPlug(t *testing.T) {
 	if broken := gateInvariants(c); len(broken) != 0 {
 		t.Fatalf("a paused gate breaks %v", broken)
 	}
-	<-c.src // a taker that stole from the plugged src: the client could push again
+	<-c.plug.source() // a taker that stole from the plugged src: the client could push again
 	broken := gateInvariants(c)
-	c.src <- pulsar.ConsumerMessage{}
+	c.plug.source() <- pulsar.ConsumerMessage{}
 	if !slices.Contains(broken, "plugged => src full") {
 		t.Fatalf("broken = %v, want the plug reported", broken)
 	}

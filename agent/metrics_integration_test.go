@@ -11,25 +11,6 @@ import (
 	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
-// metricSum sums a metric's series as the registry exposes them (0 when it has none).
-func metricSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 // metricsAgent is an agent of the test's env exporting to its own registry.
 func metricsAgent(t testing.TB, e *env) (*Agent, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
@@ -57,13 +38,13 @@ func TestIntegrationReceivedWhilePausedCountsZeroQueueArrival(t *testing.T) {
 		t.Fatal("received from an empty topic")
 	}
 	c.Pause()
-	if got := metricSum(t, reg, receivedWhilePaused); got != 0 {
+	if got := testkit.MetricSum(t, reg, receivedWhilePaused); got != 0 {
 		t.Fatalf("%s = %v before any message, want 0", receivedWhilePaused, got)
 	}
 	e.produce(t, topic, 0, 4, 1)
 	poll.Eventually(t, "the permit's message held", func() bool { return c.Status().HeldMessages == 1 })
 	e.barrier(t, c)
-	if got, st := metricSum(t, reg, receivedWhilePaused), c.Status().ReceivedWhilePaused; got != 1 || st != 1 {
+	if got, st := testkit.MetricSum(t, reg, receivedWhilePaused), c.Status().ReceivedWhilePaused; got != 1 || st != 1 {
 		t.Fatalf("%s = %v (status %d), want exactly 1: one permit, one message", receivedWhilePaused, got, st)
 	}
 	if d := e.delivered(topic, "sub", 0); d != 1 {
@@ -73,7 +54,7 @@ func TestIntegrationReceivedWhilePausedCountsZeroQueueArrival(t *testing.T) {
 	if got := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 4, receiveLimit)[0]); got != 0 {
 		t.Fatalf("first message after resume %d, want the held 0", got)
 	}
-	if got := metricSum(t, reg, receivedWhilePaused); got != 1 {
+	if got := testkit.MetricSum(t, reg, receivedWhilePaused); got != 1 {
 		t.Fatalf("%s = %v after resume, want still 1", receivedWhilePaused, got)
 	}
 }
@@ -95,12 +76,12 @@ func TestIntegrationReceivedWhilePausedStaysZeroForQueuedConsumer(t *testing.T) 
 		return e.sessionCount(topic, "sub") > sessions && e.grantSpent(topic, "sub", 1)
 	})
 	e.barrier(t, c)
-	if got, st := metricSum(t, reg, receivedWhilePaused), c.Status().ReceivedWhilePaused; got != 0 || st != 0 {
+	if got, st := testkit.MetricSum(t, reg, receivedWhilePaused), c.Status().ReceivedWhilePaused; got != 0 || st != 0 {
 		t.Fatalf("%s = %v (status %d), want 0", receivedWhilePaused, got, st)
 	}
 	c.Resume()
 	testkit.ReceiveAndAck(t, c, 50, receiveLimit)
-	if got := metricSum(t, reg, receivedWhilePaused); got != 0 {
+	if got := testkit.MetricSum(t, reg, receivedWhilePaused); got != 0 {
 		t.Fatalf("%s = %v after resume, want 0", receivedWhilePaused, got)
 	}
 }
@@ -133,7 +114,7 @@ func TestIntegrationSeekProbesCounterMovesByEachSeeksProbes(t *testing.T) {
 					t.Fatalf("seek to %d: %d probes", index, res.Probes)
 				}
 				total += res.Probes
-				if got := metricSum(t, reg, seekProbes); got != float64(total) {
+				if got := testkit.MetricSum(t, reg, seekProbes); got != float64(total) {
 					t.Fatalf("after the seek to %d: %s = %v, want %d (the sum of SeekResult.Probes)", index, seekProbes, got, total)
 				}
 			}
@@ -149,7 +130,7 @@ func TestIntegrationSeekProbesCounterMovesByEachSeeksProbes(t *testing.T) {
 		if err == nil || res == nil || res.Probes == 0 {
 			t.Fatalf("seek without index metadata: %+v, %v; want a failure after some probes", res, err)
 		}
-		if got := metricSum(t, reg, seekProbes); got != float64(res.Probes) {
+		if got := testkit.MetricSum(t, reg, seekProbes); got != float64(res.Probes) {
 			t.Fatalf("%s = %v, want %d", seekProbes, got, res.Probes)
 		}
 	})

@@ -132,14 +132,7 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 		}
 	}
 	c.setSkips(filters)
-	kept := c.held[:0]
-	for _, h := range c.held {
-		if !c.skipBeforeTarget(h.cm) {
-			kept = append(kept, h)
-		}
-	}
-	clear(c.held[len(kept):])
-	c.held = kept
+	c.held.dropIf(func(h heldMessage) bool { return c.skipBeforeTarget(h.cm) })
 	c.metrics.held.Set(float64(c.heldCountLocked()))
 	c.syncFastLocked()
 	return nil

@@ -124,7 +124,7 @@ func (c *Consumer) desired() protocol.State {
 	if c.localStopped {
 		local = protocol.Stopped
 	}
-	return protocol.MostRestrictive(protocol.MostRestrictive(local, c.remote), c.agent.currentSyncState())
+	return protocol.MostRestrictive(protocol.MostRestrictive(local, c.remote), c.agent.gate.State())
 }
 
 // reconcile brings the consumer to the desired state. Callers hold the transition lock.
@@ -213,8 +213,8 @@ func (c *Consumer) ensureSubscribed() error {
 		c.unlockGate()
 		return nil
 	}
-	src := c.newSourceLocked()
-	plugged := len(src) > 0
+	plugged := c.phase != gateOpen
+	src := newSource(c.zeroQueue, plugged)
 	c.unlockGate()
 	opts := c.opts
 	opts.MessageChannel = src
@@ -228,8 +228,7 @@ func (c *Consumer) ensureSubscribed() error {
 		p.Pause() // the gate is closed until the caller opens it
 	}
 	c.mu.Lock()
-	c.setInnerLocked(inner, src)
-	c.resetPlugLocked(plugged)
+	c.setInnerLocked(inner, src, plugged)
 	c.unlockGate()
 	c.log.Info("Consumer subscribed")
 	return nil
@@ -241,12 +240,11 @@ func (c *Consumer) closeInner() {
 	c.waitFetchStopped()
 	c.mu.Lock()
 	inner := c.inner
-	c.setInnerLocked(nil, nil)
 	c.disarmRenewalLocked()
 	dropped := c.dropHeldLocked(time.Time{}, nil)
+	c.setInnerLocked(nil, nil, false)
 	c.dropNacksLocked()
 	c.handed.forget()
-	c.resetPlugLocked(false)
 	c.metrics.held.Set(0)
 	c.unlockGate()
 	if inner == nil {

@@ -73,6 +73,9 @@ type HTTPAgentClient struct {
 	Timeout time.Duration
 }
 
+// agentBufferSize is the read and write buffer of each connection to an agent.
+const agentBufferSize = 1 << 10
+
 // NewHTTPAgentClient returns a client with keep-alive connections sized for many pods.
 // tlsConfig verifies agents served over https (port named subflow-https); nil means the
 // system roots.
@@ -80,6 +83,11 @@ func NewHTTPAgentClient(timeout time.Duration, tlsConfig *tls.Config) *HTTPAgent
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 4
 	transport.MaxIdleConns = 2048
+	// Requests and answers are a few KiB at most, and in a fleet larger than the idle pool most
+	// pushes dial afresh: the 4 KiB default buffers of each new connection were a third of all
+	// the bytes the controller allocated when pausing 10 000 agents (fleet findings).
+	transport.ReadBufferSize = agentBufferSize
+	transport.WriteBufferSize = agentBufferSize
 	transport.Proxy = nil // pod IPs are never reached through a proxy
 	if tlsConfig != nil {
 		// The transport adds its protocols to the config it is given: never share one.

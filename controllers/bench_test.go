@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,11 +25,19 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // startAgents runs n simulated pods sharing one Pulsar client, each with one consumer of topic,
 // and registers their Pod objects.
 func startAgents(b *testing.B, ns, topic string, n int) []*podsim.Pod {
+	b.Helper()
+	return startPods(b, ns, topic, n, false)
+}
+
+// startPods starts n agent pods, or sidecar pods (each with its own client through its
+// sidecar), and registers their Pod objects.
+func startPods(b *testing.B, ns, topic string, n int, sidecars bool) []*podsim.Pod {
 	b.Helper()
 	shared, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
 	if err != nil {
@@ -48,7 +55,8 @@ func startAgents(b *testing.B, ns, topic string, n int) []*podsim.Pod {
 			defer func() { <-sem; wg.Done() }()
 			name := fmt.Sprintf("agent-%04d", i)
 			p, err := podsim.Start(podsim.Options{Name: name, Client: shared, Token: testToken, Topic: topic,
-				Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 1})
+				Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 1,
+				Sidecar: sidecars, ServiceURL: broker.ServiceURL()})
 			if err != nil {
 				errs <- err
 				return
@@ -77,10 +85,18 @@ func startAgents(b *testing.B, ns, topic string, n int) []*podsim.Pod {
 // simply the maximum of a handful.
 //
 // The hanging=1 variants add one matched pod whose agent accepts the connection and never
-// answers: the figures are the healthy agents', to set beside the run without it.
+// answers: the figures are the healthy agents', to set beside the run without it. The
+// sidecars=N variants are pods whose plain client goes through a protocol sidecar instead,
+// paused through the same control API, to set beside agents=N.
 func BenchmarkPausePropagation(b *testing.B) {
-	for _, tc := range []struct{ agents, hanging int }{{10, 0}, {10, 1}, {100, 0}, {100, 1}, {1000, 0}} {
+	for _, tc := range []struct {
+		agents, hanging int
+		sidecars        bool
+	}{{10, 0, false}, {10, 1, false}, {100, 0, false}, {100, 1, false}, {1000, 0, false}, {10, 0, true}, {100, 0, true}} {
 		name := fmt.Sprintf("agents=%d", tc.agents)
+		if tc.sidecars {
+			name = fmt.Sprintf("sidecars=%d", tc.agents)
+		}
 		if tc.hanging > 0 {
 			name += fmt.Sprintf(",hanging=%d", tc.hanging)
 		}
@@ -88,7 +104,7 @@ func BenchmarkPausePropagation(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ns := namespace(b, true)
 			topic := "bench-" + ns
-			pods := startAgents(b, ns, topic, n)
+			pods := startPods(b, ns, topic, n, tc.sidecars)
 			for i := range tc.hanging {
 				startHangingAgent(b, ns, fmt.Sprintf("hanging-%d", i))
 			}
@@ -110,7 +126,7 @@ func BenchmarkPausePropagation(b *testing.B) {
 				waitAll(b, pods, protocol.Paused)
 				last := time.Duration(0)
 				for _, p := range pods {
-					d := p.Consumer.Status().Since.Sub(start)
+					d := p.Status().Since.Sub(start)
 					perAgent = append(perAgent, d)
 					last = max(last, d)
 				}
@@ -120,11 +136,11 @@ func BenchmarkPausePropagation(b *testing.B) {
 				waitAll(b, pods, protocol.Running)
 				b.StartTimer()
 			}
-			b.ReportMetric(ms(percentile(perAgent, 50)), "p50-ms")
-			b.ReportMetric(ms(percentile(perAgent, 99)), "p99-ms")
+			b.ReportMetric(testkit.Millis(testkit.Percentile(perAgent, 50)), "p50-ms")
+			b.ReportMetric(testkit.Millis(testkit.Percentile(perAgent, 99)), "p99-ms")
 			b.ReportMetric(float64(len(perAgent)), "agent-samples")
-			b.ReportMetric(ms(percentile(all, 50)), "all-p50-ms")
-			b.ReportMetric(ms(percentile(all, 99)), "all-p99-ms")
+			b.ReportMetric(testkit.Millis(testkit.Percentile(all, 50)), "all-p50-ms")
+			b.ReportMetric(testkit.Millis(testkit.Percentile(all, 99)), "all-p99-ms")
 			b.ReportMetric(float64(len(all)), "rounds")
 		})
 	}
@@ -229,26 +245,14 @@ func patchBench(b *testing.B, flow *subflowv1.SubscriptionFlow, patch string) {
 func waitAll(b *testing.B, pods []*podsim.Pod, want protocol.State) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, p := range pods {
-		for p.Consumer.State() != want {
+		for p.Status().State != want {
 			if time.Now().After(deadline) {
-				b.Fatalf("%s still %s, want %s", p.Name, p.Consumer.State(), want)
+				b.Fatalf("%s still %s, want %s", p.Name, p.Status().State, want)
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
 }
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	sorted := append([]time.Duration(nil), ds...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	rank := (len(sorted)*p + 99) / 100 // nearest rank: the p99 of 5 samples is the largest
-	return sorted[max(rank, 1)-1]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // rssMiB reads the resident set of this process (controller, agents and broker together, so an
 // upper bound for the controller alone).
@@ -346,7 +350,7 @@ func BenchmarkNewPodReached(b *testing.B) {
 const minRounds = 100
 
 func reportLatencies(b *testing.B, samples []time.Duration) {
-	b.ReportMetric(ms(percentile(samples, 50)), "p50-ms")
-	b.ReportMetric(ms(percentile(samples, 99)), "p99-ms")
+	b.ReportMetric(testkit.Millis(testkit.Percentile(samples, 50)), "p50-ms")
+	b.ReportMetric(testkit.Millis(testkit.Percentile(samples, 99)), "p99-ms")
 	b.ReportMetric(float64(len(samples)), "samples")
 }

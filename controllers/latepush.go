@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -49,7 +51,6 @@ type pushSubject struct {
 // pendingPush is a push in flight, and its outcome once it ended.
 type pendingPush struct {
 	subject pushSubject
-	started time.Time
 	done    bool
 	outcome podOutcome
 	// waited is true while the reconcile that started the push still waits for its answer;
@@ -79,11 +80,21 @@ type pushBook struct {
 	suspect map[agentAddress]error
 }
 
-// stillPushing is the outcome of a pod whose push has not answered yet.
-type stillPushing struct{ since time.Duration }
+// noAnswer is the outcome of a pod whose push has not answered within pushPatience, whether
+// the push is still in flight or has since timed out. Both read the same, so that the reconcile
+// a late timeout wakes (and every retry, and a restarted controller's first pass) finds the
+// status it would write already written.
+type noAnswer struct{}
 
-func (e *stillPushing) Error() string {
-	return fmt.Sprintf("no answer yet after %s (push in flight)", e.since.Round(time.Millisecond))
+func (*noAnswer) Error() string {
+	return fmt.Sprintf("no answer within %s (push in flight or timed out; pushed again until the agent answers)", pushPatience)
+}
+
+// timedOut reports whether a push ended without an answer for lack of time: its timeout, or a
+// dial that found nobody (no SYN-ACK) before it.
+func timedOut(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
 func (b *pushBook) init() {
@@ -107,7 +118,7 @@ func (b *pushBook) take(key pushKey, subject pushSubject, now time.Time, fresh t
 			if err := b.suspect[p.subject.address]; err != nil {
 				return podOutcome{Pod: key.pod, Err: err}, true
 			}
-			return podOutcome{Pod: key.pod, Err: &stillPushing{since: now.Sub(p.started)}}, true
+			return podOutcome{Pod: key.pod, Err: &noAnswer{}}, true
 		}
 		delete(b.pushes, key)
 		if p.subject == subject {
@@ -123,12 +134,12 @@ func (b *pushBook) take(key pushKey, subject pushSubject, now time.Time, fresh t
 
 // start records a push. For a pod whose last push failed or was not answered in time it
 // returns that error: the caller does not wait for this push and reports the error meanwhile.
-func (b *pushBook) start(key pushKey, subject pushSubject, now time.Time) (lastErr error) {
+func (b *pushBook) start(key pushKey, subject pushSubject) (lastErr error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.init()
 	lastErr = b.suspect[subject.address]
-	b.pushes[key] = &pendingPush{subject: subject, started: now, waited: lastErr == nil}
+	b.pushes[key] = &pendingPush{subject: subject, waited: lastErr == nil}
 	return lastErr
 }
 
@@ -140,6 +151,9 @@ func (b *pushBook) finish(key pushKey, outcome podOutcome, settled bool, now tim
 	p := b.pushes[key]
 	if p == nil {
 		return false // the flow was forgotten meanwhile
+	}
+	if timedOut(outcome.Err) {
+		outcome.Err = &noAnswer{}
 	}
 	p.done, p.outcome = true, outcome
 	var answered *AgentError
@@ -170,7 +184,7 @@ func (b *pushBook) collect(key pushKey, abandon bool) (podOutcome, bool) {
 	if p == nil || !p.done {
 		if p != nil && abandon {
 			p.waited = false
-			b.suspect[p.subject.address] = &stillPushing{since: time.Since(p.started)}
+			b.suspect[p.subject.address] = &noAnswer{}
 		}
 		return podOutcome{}, false
 	}

@@ -38,21 +38,21 @@ func TestSuspicionIsThePods(t *testing.T) {
 	now := time.Now()
 	keyA, keyB := pushKey{flow: flowA, pod: "h"}, pushKey{flow: flowB, pod: "h"}
 	s := subject(paused, podH)
-	if err := b.start(keyA, s, now); err != nil {
+	if err := b.start(keyA, s); err != nil {
 		t.Fatalf("first push: suspected already (%v)", err)
 	}
 	if _, ok := b.collect(keyA, true); ok {
 		t.Fatal("collected a push that has not ended")
 	}
-	var still *stillPushing
-	if err := b.start(keyB, s, now); !errors.As(err, &still) {
+	var still *noAnswer
+	if err := b.start(keyB, s); !errors.As(err, &still) {
 		t.Fatalf("another flow's push to the pod that did not answer: %v, want the suspicion", err)
 	}
 	b.finish(keyB, answer(paused, protocol.Paused), true, now)
 	if _, ok := b.take(keyB, s, now, time.Hour); !ok {
 		t.Fatal("the answered push is not reported")
 	}
-	if err := b.start(pushKey{flow: flowA, pod: "h"}, subject(paused, podH), now); err != nil {
+	if err := b.start(pushKey{flow: flowA, pod: "h"}, subject(paused, podH)); err != nil {
 		t.Fatalf("after an answer to flow b the pod is still suspected by flow a: %v", err)
 	}
 	b.finish(keyA, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
@@ -63,7 +63,7 @@ func TestSuspicionIsThePods(t *testing.T) {
 	// Another pod at the same address (an IP reused) is not suspected for the first one.
 	b.finish(keyA, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
 	b.collect(keyA, false)
-	if err := b.start(keyA, subject(paused, agentAddress{pod: "uid-other", url: podH.url}), now); err != nil {
+	if err := b.start(keyA, subject(paused, agentAddress{pod: "uid-other", url: podH.url})); err != nil {
 		t.Fatalf("a new pod at the address is suspected: %v", err)
 	}
 }
@@ -75,7 +75,7 @@ func TestSettledAnswerIsReusedUntilSomethingChanges(t *testing.T) {
 	now := time.Now()
 	key := pushKey{flow: flowA, pod: "h"}
 	s := subject(paused, podH)
-	b.start(key, s, now)
+	b.start(key, s)
 	b.finish(key, answer(paused, protocol.Paused), true, now)
 	b.collect(key, false)
 	if o, ok := b.take(key, s, now.Add(time.Minute), 5*time.Minute); !ok || o.Status == nil {

@@ -6,11 +6,11 @@ import (
 	"net"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // flowSeries returns the controller's series of metric for one flow, by their state label.
@@ -26,42 +26,12 @@ func flowSeries(t *testing.T, metric, ns, name string) map[string]float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if label(m, "namespace") == ns && label(m, "name") == name {
-				out[label(m, "state")] += m.GetGauge().GetValue()
+			if testkit.Label(m, "namespace") == ns && testkit.Label(m, "name") == name {
+				out[testkit.Label(m, "state")] += m.GetGauge().GetValue()
 			}
 		}
 	}
 	return out
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-// counter sums a controller counter's series whose reason label is reason.
-func counter(t *testing.T, metric, reason string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != metric {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if label(m, "reason") == reason {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 func histogramCount(t *testing.T, metric string) uint64 {
@@ -81,7 +51,7 @@ func histogramCount(t *testing.T, metric string) uint64 {
 // TestAgentCountsCoverEveryPod: with more pods than status lists, the metric still counts all;
 // each failed push counts as Unreachable and is timed.
 func TestAgentCountsCoverEveryPod(t *testing.T) {
-	unreachableBefore := counter(t, "subflow_agent_push_errors_total", "Unreachable")
+	unreachableBefore := testkit.MetricSum(t, metrics.Registry, "subflow_agent_push_errors_total", "reason", "Unreachable")
 	pushesBefore := histogramCount(t, "subflow_agent_push_duration_seconds")
 	ns := namespace(t, true)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -103,7 +73,7 @@ func TestAgentCountsCoverEveryPod(t *testing.T) {
 	if got := len(getFlow(t, flow).Status.Agents); got != 50 {
 		t.Fatalf("status lists %d agents, want the bounded 50", got)
 	}
-	if got := counter(t, "subflow_agent_push_errors_total", "Unreachable") - unreachableBefore; got < pods {
+	if got := testkit.MetricSum(t, metrics.Registry, "subflow_agent_push_errors_total", "reason", "Unreachable") - unreachableBefore; got < pods {
 		t.Fatalf("%v Unreachable push errors counted, want at least %d", got, pods)
 	}
 	if got := histogramCount(t, "subflow_agent_push_duration_seconds") - pushesBefore; got < pods {

@@ -47,7 +47,7 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 			outcomes[i] = o
 			continue
 		}
-		if lastErr := r.pushes.start(key, subject, now); lastErr == nil {
+		if lastErr := r.pushes.start(key, subject); lastErr == nil {
 			waiting[i] = key
 		} else {
 			outcomes[i].Err = lastErr
@@ -69,12 +69,12 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 			}
 		}()
 	}
-	return r.awaitAnswers(outcomes, waiting, answered, now)
+	return r.awaitAnswers(outcomes, waiting, answered)
 }
 
 // awaitAnswers fills outcomes from the pushes waited for as they answer, until every one did
 // or none has for pushPatience.
-func (r *SubscriptionFlowReconciler) awaitAnswers(outcomes []podOutcome, waiting map[int]pushKey, answered <-chan int, started time.Time) []podOutcome {
+func (r *SubscriptionFlowReconciler) awaitAnswers(outcomes []podOutcome, waiting map[int]pushKey, answered <-chan int) []podOutcome {
 	patience := time.NewTimer(pushPatience)
 	defer patience.Stop()
 	for len(waiting) > 0 {
@@ -92,7 +92,7 @@ func (r *SubscriptionFlowReconciler) awaitAnswers(outcomes []podOutcome, waiting
 				if o, ok := r.pushes.collect(key, true); ok {
 					outcomes[i] = o
 				} else {
-					outcomes[i].Err = &stillPushing{since: time.Since(started)}
+					outcomes[i].Err = &noAnswer{}
 				}
 			}
 			return outcomes

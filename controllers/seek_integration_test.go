@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func heldTotal(f *subflowv1.SubscriptionFlow) int64 {
@@ -59,16 +59,8 @@ func TestFailedSeekDropsNothing(t *testing.T) {
 
 	// Pause while a backlog streams in, so that the gates hold messages.
 	const total = 500
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: noIndex.ServiceURL(), Logger: nopLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	producer, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
+	client := testkit.Client(t, pulsar.ClientOptions{URL: noIndex.ServiceURL(), Logger: nopLogger})
+	producer := testkit.NewProducer(t, client, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	for i := range total {
 		producer.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))}, nil)
 		if i == total/10 {
@@ -238,36 +230,19 @@ func failingResets(t *testing.T, adminURL, failTopic string) (s *httptest.Server
 func partitionBacklog(t *testing.T, topic string, partition int) int64 {
 	t.Helper()
 	url := fmt.Sprintf("%s/admin/v2/persistent/public/default/%s-partition-%d/stats", broker.AdminURL(), topic, partition)
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var stats struct {
 		Subscriptions map[string]struct {
 			MsgBacklog int64 `json:"msgBacklog"`
 		} `json:"subscriptions"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
-		t.Fatalf("GET %s: %s: %v", url, resp.Status, err)
-	}
+	testkit.GetJSON(t, url, &stats)
 	return stats.Subscriptions["ingest"].MsgBacklog
 }
 
 func adminPut(t *testing.T, url, body string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("PUT %s: %s", url, resp.Status)
+	if code, out := testkit.Request(t, http.MethodPut, url, body); code/100 != 2 {
+		t.Fatalf("PUT %s: %d %s", url, code, out)
 	}
 }
 

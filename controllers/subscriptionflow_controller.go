@@ -651,9 +651,12 @@ var flowSpecOrIntentChanged = predicate.Or(predicate.GenerationChangedPredicate{
 // CacheOptions are the manager cache options the reconciler expects: managedFields are dropped
 // from cached objects, as the controller never reads them - for a flow holding 10 000 pods they
 // are most of its size (status.heldBy is a set, tracked item by item), and every cache read
-// deep-copies them.
+// deep-copies them; pods keep only the fields the controller reads (cachedPod).
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: cachedPod}},
+	}
 }
 
 // ClientOptions are the manager client options the reconciler needs: Secrets are read

@@ -73,7 +73,7 @@ func runSuite(m *testing.M) int {
 	var mgr ctrl.Manager
 	if err == nil {
 		restConfig = cfg
-		mgr, err = newController(scheme, cache.Options{})
+		mgr, err = newController(scheme, controllers.CacheOptions())
 	}
 	if err == nil {
 		cached = mgr.GetClient()

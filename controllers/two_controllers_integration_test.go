@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers"
 )
 
 // statusLog records every status of one flow the API server stored, in order, from a watch.
@@ -87,7 +88,9 @@ func TestIntegrationTwoControllersNeverGoBackNorAnnounceTwice(t *testing.T) {
 	ns := namespace(t, true)
 	topic := "twins-" + ns
 	startPod(t, ns, "worker-0", topic, testToken)
-	second, err := newController(k8s.Scheme(), cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	limited := controllers.CacheOptions()
+	limited.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	second, err := newController(k8s.Scheme(), limited)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -140,7 +139,7 @@ func (s *secretWatcher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log := ctrl.Log.WithName("webhook-certs")
+	log := s.mgr.GetLogger().WithName("webhook-certs")
 	onSecret := func(obj any) {
 		secret, ok := obj.(*corev1.Secret)
 		if !ok || secret.Name != s.key.Name {

@@ -30,6 +30,10 @@ const (
 	AgentPortAnnotation = "subflow.dev/agent-port"
 	// ContainerAnnotation names the application container when the pod has several.
 	ContainerAnnotation = "subflow.dev/container"
+	// StartGatedAnnotation "true" starts the injected sidecar gated (--start-gated): nothing is
+	// consumed until the controller's first push, or --sync-timeout. Sidecar mode only: an
+	// agent's start-up gate is an option of the application's code.
+	StartGatedAnnotation = "subflow.dev/start-gated"
 	// kubectlDefaultContainer is kubectl's own choice of container, used when ours is absent.
 	kubectlDefaultContainer = "kubectl.kubernetes.io/default-container"
 )
@@ -38,6 +42,7 @@ const (
 const (
 	ReasonInvalidMode        = "InvalidMode"
 	ReasonInvalidPort        = "InvalidPort"
+	ReasonInvalidStartGated  = "InvalidStartGated"
 	ReasonNoContainer        = "NoContainer"
 	ReasonConflict           = "Conflict"
 	ReasonNoBrokerURL        = "NoBrokerURL"
@@ -82,6 +87,7 @@ type wiring struct {
 	brokerURL    string
 	adminURL     string
 	adminSecret  string
+	startGated   bool
 }
 
 // modeOf reads the label; the objectSelector lets through any value, so that a typo is recorded.
@@ -301,7 +307,7 @@ func sidecar(w wiring) corev1.Container {
 		Name:          SidecarName,
 		Image:         w.sidecarImage,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Args:          SidecarArgs(w.brokerURL, w.adminURL, w.port),
+		Args:          sidecarArgs(w),
 		Env:           []corev1.EnvVar{podNameEnv()},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
@@ -318,6 +324,27 @@ func sidecar(w wiring) corev1.Container {
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
+	}
+}
+
+// sidecarArgs are SidecarArgs with the pod's own choices.
+func sidecarArgs(w wiring) []string {
+	args := SidecarArgs(w.brokerURL, w.adminURL, w.port)
+	if w.startGated {
+		args = append(args, "--start-gated")
+	}
+	return args
+}
+
+// startGatedOf reads StartGatedAnnotation: absent or "false" is ungated.
+func startGatedOf(pod *corev1.Pod) (bool, *skip) {
+	switch value, ok := pod.Annotations[StartGatedAnnotation]; {
+	case !ok || value == "false":
+		return false, nil
+	case value == "true":
+		return true, nil
+	default:
+		return false, skipped(ReasonInvalidStartGated, "annotation %s=%q is not a choice: want true or false", StartGatedAnnotation, value)
 	}
 }
 

@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,17 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testenv"
 	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
@@ -40,22 +36,8 @@ import (
 // with no hand-written wiring. The test plays the kubelet: it materialises the injected token
 // volume where the injected mount puts it and gives the pod its IP.
 func TestInjectedAgentPodIsPausedByAFlow(t *testing.T) {
-	broker, err := pulsartest.New(pulsartest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	startReconciler(ctx, t)
-	ns := namespace(t, k8s)
-
-	f := flow(ns, nil)
-	f.Spec.Selector.MatchLabels = map[string]string{"app": "orders-worker"}
-	f.Spec.State = subflowv1.StatePaused
-	if err := k8s.Create(ctx, f); err != nil {
-		t.Fatal(err)
-	}
+	broker, ns := startOnboarding(t)
+	f := createPausedFlow(t, ns)
 
 	// The application links the agent; its control port is a free loopback one, told to the
 	// webhook by annotation. It reads its token where the injected mount puts the Secret.
@@ -77,7 +59,7 @@ func TestInjectedAgentPodIsPausedByAFlow(t *testing.T) {
 			return fmt.Errorf("the pod's consumer is %s, want Paused", state)
 		}
 		var got subflowv1.SubscriptionFlow
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(f), &got); err != nil {
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(f), &got); err != nil {
 			return err
 		}
 		if !meta.IsStatusConditionTrue(got.Status.Conditions, subflowv1.ConditionPaused) {
@@ -95,23 +77,10 @@ func TestInjectedAgentPodIsPausedByAFlow(t *testing.T) {
 // the kubelet (the token file, the pod's IP) and the pod's network namespace (the sidecar's
 // data listener moves off port 6650, which tests running at once would share).
 func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
-	broker, err := pulsartest.New(pulsartest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	startReconciler(ctx, t)
-	ns := namespace(t, k8s)
+	broker, ns := startOnboarding(t)
 	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: broker.ServiceURL()})
 
-	f := flow(ns, nil)
-	f.Spec.Selector.MatchLabels = map[string]string{"app": "orders-worker"}
-	f.Spec.State = subflowv1.StatePaused
-	if err := k8s.Create(ctx, f); err != nil {
-		t.Fatal(err)
-	}
+	f := createPausedFlow(t, ns)
 
 	root := t.TempDir()
 	controlPort, dataAddr := testkit.FreePort(t), fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
@@ -129,7 +98,7 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 	app := consumeThrough(t, "pulsar://"+dataAddr, "orders", "orders-ingest")
 	var got subflowv1.SubscriptionFlow
 	eventually(t, func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(f), &got); err != nil {
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(f), &got); err != nil {
 			return err
 		}
 		if a := got.Status.Agents; len(a) != 1 || a[0].Kind != protocol.KindSidecar || a[0].State != string(protocol.Paused) || a[0].Consumers != 1 {
@@ -140,9 +109,9 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 		}
 		return nil
 	})
-	produceN(t, broker.ServiceURL(), "orders", 5)
+	testkit.ProduceUnbatched(t, broker.ServiceURL(), "orders", "m", 5)
 	eventually(t, func() error {
-		_ = k8s.Get(ctx, client.ObjectKeyFromObject(f), &got)
+		_ = k8s.Get(t.Context(), client.ObjectKeyFromObject(f), &got)
 		if a := got.Status.Agents; len(a) == 1 && a[0].HeldMessages == 5 {
 			return nil
 		}
@@ -212,12 +181,6 @@ func consumeThrough(t *testing.T, url, topic, subscription string) *counted {
 	return app
 }
 
-func produceN(t *testing.T, url, topic string, n int) {
-	t.Helper()
-	c := testkit.NewClient(t, url)
-	testkit.Produce(t, testkit.NewProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true}), "m", n)
-}
-
 // poke makes the controller reconcile now: status figures come with pushes.
 func poke(t *testing.T, f *subflowv1.SubscriptionFlow) {
 	t.Helper()
@@ -266,28 +229,37 @@ func runAsKubelet(t *testing.T, root string, pod *corev1.Pod) {
 	}
 }
 
+// startOnboarding starts what the acceptance tests run against, a broker and the reconciler,
+// and creates their namespace.
+func startOnboarding(t *testing.T) (*pulsartest.Broker, string) {
+	t.Helper()
+	broker := pulsartest.Start(t)
+	startReconciler(t)
+	return broker, namespace(t, k8s)
+}
+
+// createPausedFlow creates in ns a Paused flow for the pods labelled app=orders-worker.
+func createPausedFlow(t *testing.T, ns string) *subflowv1.SubscriptionFlow {
+	t.Helper()
+	f := flow(ns, nil)
+	f.Spec.Selector.MatchLabels = map[string]string{"app": "orders-worker"}
+	f.Spec.State = subflowv1.StatePaused
+	if err := k8s.Create(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // startReconciler runs the SubscriptionFlow controller as main.go does, as the controller's
-// ServiceAccount.
-func startReconciler(ctx context.Context, t *testing.T) {
+// ServiceAccount, until the test ends.
+func startReconciler(t *testing.T) {
 	t.Helper()
 	cfg := rest.CopyConfig(shared.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerUser,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + controllerNamespace, "system:authenticated"}}
-	skip := true // go test -count=n starts it n times in one process
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
+	stop, err := testenv.StartController(cfg, testenv.ControllerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock.RealClock{},
-		Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
-		Resync: time.Hour}).SetupWithManager(mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "controller:", err) // the test may be over: no t here
-		}
-	}()
+	t.Cleanup(stop)
 }

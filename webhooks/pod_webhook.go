@@ -82,6 +82,9 @@ func (p *PodInjector) wire(ctx context.Context, namespace string, pod *corev1.Po
 		return "", err
 	}
 	if mode == ModeSidecar {
+		if w.startGated, err = startGatedOf(pod); err != nil {
+			return "", err
+		}
 		if err := p.sidecarConfig(ctx, namespace, &w); err != nil {
 			return "", err
 		}

@@ -193,6 +193,19 @@ func TestSidecarModeAdminSecretFromTheNamespace(t *testing.T) {
 	}
 }
 
+// A pod that asks for it gets a start-gated sidecar: it consumes nothing before the controller's
+// first push.
+func TestSidecarModeStartGatedOnRequest(t *testing.T) {
+	ns := namespace(t, k8s)
+	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: "pulsar://pulsar:6650"})
+	for value, want := range map[string]bool{"true": true, "false": false} {
+		stored := create(t, k8s, appPod(ns, inject("sidecar"), map[string]string{webhooks.StartGatedAnnotation: value}))
+		if got := slices.Contains(stored.Spec.InitContainers[0].Args, "--start-gated"); got != want {
+			t.Errorf("%s=%s: sidecar args %q, --start-gated %v, want %v", webhooks.StartGatedAnnotation, value, stored.Spec.InitContainers[0].Args, got, want)
+		}
+	}
+}
+
 func TestPodWithoutTheLabelIsNotSent(t *testing.T) {
 	ns := namespace(t, k8s)
 	pod := appPod(ns, map[string]string{"app": "orders"}, nil)
@@ -291,6 +304,8 @@ func TestPodAdmittedWithTheReason(t *testing.T) {
 			`InvalidMode: label subflow.dev/inject="agnet" is not a mode: want agent or sidecar`},
 		{"a port that is no port", ns, inject("agent"), map[string]string{webhooks.AgentPortAnnotation: "http"},
 			`InvalidPort: annotation subflow.dev/agent-port="http" is not a port: want a number from 1 to 65535`},
+		{"a start gate that is no choice", ns, inject("sidecar"), map[string]string{webhooks.StartGatedAnnotation: "yes"},
+			`InvalidStartGated: annotation subflow.dev/start-gated="yes" is not a choice: want true or false`},
 		{"a container that is not there", ns, inject("agent"), map[string]string{webhooks.ContainerAnnotation: "worker"},
 			`NoContainer: container "worker" named by annotation subflow.dev/container is not in the pod`},
 		{"sidecar without the namespace's ConfigMap", noConfig, inject("sidecar"), nil,

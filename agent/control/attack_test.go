@@ -20,6 +20,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // The slow-client attack runs as a separate process (this test binary, started again with
@@ -112,18 +113,8 @@ func startSlowClients(tb testing.TB, addr string, n int) {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), slowClientsAddr+"="+addr, slowClientsCount+"="+strconv.Itoa(n))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	stdin, stdout := testkit.StartPiped(tb, cmd)
 	lines := bufio.NewScanner(stdout)
 	tb.Cleanup(func() {
 		_ = stdin.Close()
@@ -185,10 +176,6 @@ func (p *pusher) push() (time.Duration, error) {
 	return took, nil
 }
 
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
-}
-
 // limitOpenFiles lowers this process's file limit to what it has open plus headroom, as a pod
 // with a low limit; without a connection cap the slow clients would take every descriptor.
 func limitOpenFiles(t *testing.T, headroom uint64) {
@@ -239,7 +226,7 @@ func TestAuthenticatedPushesGetThroughSlowClients(t *testing.T) {
 		t.Fatalf("after the last push (Running) the consumer is %s", got)
 	}
 	slices.Sort(took)
-	t.Logf("40 pushes under 400 slow clients: p50 %s, p90 %s, max %s", percentile(took, 0.5), percentile(took, 0.9), took[len(took)-1])
+	t.Logf("40 pushes under 400 slow clients: p50 %s, p90 %s, max %s", testkit.Percentile(took, 50), testkit.Percentile(took, 90), took[len(took)-1])
 }
 
 // BenchmarkPushUnderSlowClients: authenticated push latency (a new connection each) with 500
@@ -265,7 +252,7 @@ func BenchmarkPushUnderSlowClients(b *testing.B) {
 	}
 	b.StopTimer()
 	slices.Sort(took)
-	b.ReportMetric(float64(percentile(took, 0.5).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(took, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(testkit.Percentile(took, 50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(testkit.Percentile(took, 99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
 }

@@ -66,9 +66,17 @@ type testPod struct {
 
 func startTestPod(t testing.TB, b *pulsartest.Broker, name, topic, adminURL string, receiving bool, opts control.Options) *testPod {
 	t.Helper()
+	return startTestPodWith(t, b, agent.Options{Name: name, AdminURL: adminURL}, topic, receiving, opts)
+}
+
+// startTestPodWith is startTestPod with the agent's options given.
+func startTestPodWith(t testing.TB, b *pulsartest.Broker, agentOpts agent.Options, topic string, receiving bool, opts control.Options) *testPod {
+	t.Helper()
 	p := &testPod{registry: prometheus.NewRegistry(), receiving: receiving, wake: make(chan struct{}, 1)}
+	name := agentOpts.Name
+	agentOpts.Registerer = p.registry
 	var err error
-	p.agent, err = agent.New(agent.Options{Name: name, AdminURL: adminURL, Registerer: p.registry})
+	p.agent, err = agent.New(agentOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,29 +157,6 @@ func (p *testPod) received() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.payloads...)
-}
-
-// counter reads a counter of the pod's registry (summed over series matching label=value).
-func (p *testPod) counter(t *testing.T, name, label, value string) float64 {
-	t.Helper()
-	families, err := p.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
 
 // adminGate is a reverse proxy to the broker's admin API that holds requests (those whose
@@ -262,9 +247,8 @@ func timedPut(t *testing.T, addr, flow string, req protocol.FlowRequest, limit t
 	return resp.StatusCode, status, took
 }
 
-// serveOnLoopback serves an agent without consumers through Server.Serve (timeouts and the
-// connection cap apply, unlike with httptest) and returns its address.
-func serveOnLoopback(t *testing.T, opts control.Options) string {
+// newBareServer is the control server, built with opts, of an agent without consumers.
+func newBareServer(t *testing.T, opts control.Options) *control.Server {
 	t.Helper()
 	a, err := agent.New(agent.Options{Name: "pod-a"})
 	if err != nil {
@@ -274,6 +258,14 @@ func serveOnLoopback(t *testing.T, opts control.Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// serveOnLoopback serves an agent without consumers through Server.Serve (timeouts and the
+// connection cap apply, unlike with httptest) and returns its address.
+func serveOnLoopback(t *testing.T, opts control.Options) string {
+	t.Helper()
+	srv := newBareServer(t, opts)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

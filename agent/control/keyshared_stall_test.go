@@ -20,6 +20,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // Issue 20 item 6: with one of three Key_Shared consumers paused, the broker stops dispatching
@@ -127,13 +128,7 @@ func waitReport(t *testing.T, p *ksPod, req protocol.FlowRequest, since time.Tim
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Poll{Within: limit, Every: 20 * time.Millisecond}.Eventually(t, what, cond)
 }
 
 func produceKeyed(t *testing.T, serviceURL, topic string, n int) {

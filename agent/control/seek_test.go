@@ -19,6 +19,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 func seekRequest(revision int64, state protocol.State, id string, index int64, execute bool) protocol.FlowRequest {
@@ -29,12 +30,7 @@ func seekRequest(revision int64, state protocol.State, id string, index int64, e
 // A seek slower than any push timeout: the push answers at once with Running, a pause pushed
 // meanwhile applies at once, and the seek completes on its own afterwards.
 func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
-	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL(), "")
-	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
-	produce(t, b, "events", 20)
-	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
-	waitAcked(t, b, "events", 20)
+	_, gate, pod := consumedPod(t, "", control.Options{})
 
 	req := seekRequest(1, protocol.Running, "s1", 5, true)
 	code, st, took := timedPut(t, pod.addr, "f", req, 2*time.Second)
@@ -65,12 +61,7 @@ func TestSeekRunsInBackgroundWhilePushesApply(t *testing.T) {
 // Concurrent executor pushes of one seek id run one seek: the broker sees one cursor reset,
 // the agent counts one seek, and the application gets the replay once.
 func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
-	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL(), "")
-	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
-	produce(t, b, "events", 20)
-	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
-	waitAcked(t, b, "events", 20)
+	b, gate, pod := consumedPod(t, "", control.Options{})
 
 	req := seekRequest(1, protocol.Running, "s1", 5, true)
 	var wg sync.WaitGroup
@@ -107,7 +98,7 @@ func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
 	if n := gate.requests("/resetcursor"); n != 1 {
 		t.Errorf("the broker saw %d cursor resets, want 1", n)
 	}
-	if n := pod.counter(t, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
+	if n := testkit.MetricSum(t, pod.registry, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
 		t.Errorf("the agent ran %v seeks, want 1", n)
 	}
 	eventually(t, "the replay from index 5", func() bool { return len(pod.received()) == 35 })
@@ -116,6 +107,20 @@ func TestConcurrentExecutorPushesRunOneSeek(t *testing.T) {
 	if got := pod.received()[35]; got != "m-0" {
 		t.Fatalf("after the replay the next message is %s, want the new m-0 (a second seek replayed again)", got)
 	}
+}
+
+// consumedPod starts a broker and a pod that reaches its admin API through a gate holding the
+// requests whose path contains hold, and returns once the pod's application has received
+// "m-0" to "m-19" on "events" and the broker has their acks, so that a seek can start.
+func consumedPod(t *testing.T, hold string, opts control.Options) (*pulsartest.Broker, *adminGate, *testPod) {
+	t.Helper()
+	b := pulsartest.Start(t)
+	gate := newAdminGate(t, b.AdminURL(), hold)
+	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, opts)
+	produce(t, b, "events", 20)
+	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
+	waitAcked(t, b, "events", 20)
+	return b, gate, pod
 }
 
 // pausedPair starts an executor that consumes and a sibling whose application does not
@@ -230,7 +235,7 @@ func TestSiblingDropsHeldMessagesOnlyAfterSuccess(t *testing.T) {
 	if _, st := putAt(t, executor.addr, "f", doneExec); st.Seek.State != protocol.SeekSucceeded {
 		t.Fatalf("executor told of its success: %+v", st.Seek)
 	}
-	if n := executor.counter(t, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
+	if n := testkit.MetricSum(t, executor.registry, "subflow_agent_seeks_total", "result", "Completed"); n != 1 {
 		t.Fatalf("the executor ran %v seeks, want 1", n)
 	}
 
@@ -253,12 +258,7 @@ func TestSiblingDropsHeldMessagesOnlyAfterSuccess(t *testing.T) {
 // A pause pushed while the seek resets the cursor (the consumer is busy with it) answers within
 // ApplyTimeout and takes effect as soon as the seek has finished, with no further push.
 func TestPauseDuringCursorResetAppliesAfterwards(t *testing.T) {
-	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL(), "/resetcursor")
-	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{ApplyTimeout: 200 * time.Millisecond})
-	produce(t, b, "events", 20)
-	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
-	waitAcked(t, b, "events", 20)
+	_, gate, pod := consumedPod(t, "/resetcursor", control.Options{ApplyTimeout: 200 * time.Millisecond})
 
 	if code, st := putAt(t, pod.addr, "f", seekRequest(1, protocol.Running, "s1", 5, true)); code != http.StatusOK || st.Seek.State != protocol.SeekRunning {
 		t.Fatalf("seek: %d %+v", code, st.Seek)
@@ -279,12 +279,7 @@ func TestPauseDuringCursorResetAppliesAfterwards(t *testing.T) {
 // A rule released while its seek runs, and pushed again with the same uid and seek id (a pod
 // relabelled away and back), does not start the seek a second time.
 func TestSeekOfReleasedRuleRunsOnce(t *testing.T) {
-	b := pulsartest.Start(t)
-	gate := newAdminGate(t, b.AdminURL(), "")
-	pod := startTestPod(t, b, "pod-a", "events", gate.url, true, control.Options{})
-	produce(t, b, "events", 20)
-	eventually(t, "all 20 consumed", func() bool { return len(pod.received()) == 20 })
-	waitAcked(t, b, "events", 20)
+	_, gate, pod := consumedPod(t, "", control.Options{})
 
 	req := seekRequest(1, protocol.Running, "s1", 5, true)
 	putAt(t, pod.addr, "f", req)

@@ -269,10 +269,12 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 		writeError(w, http.StatusConflict, conflict(err))
 		return
 	}
-	s.host.MarkSynced()
 	consumers := s.rules.matched(rl)
 	seek := s.rules.takeSeek(rl, consumers)
 	s.apply(r.Context(), rl.key)
+	// Only now, with the rules applied: lifted first, a start-gated consumer the push pauses
+	// would run until its rule reached it, and hand over what its client had buffered.
+	s.host.MarkSynced()
 	var watched []watchKey
 	if req.ReportBacklog {
 		watched = backlogKeys(rl, consumers)

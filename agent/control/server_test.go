@@ -33,15 +33,7 @@ var testClient = &http.Client{Timeout: 15 * time.Second}
 // newServer serves an agent without consumers.
 func newServer(t *testing.T, opts control.Options) *httptest.Server {
 	t.Helper()
-	a, err := agent.New(agent.Options{Name: "pod-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := control.New(a, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
+	ts := httptest.NewServer(newBareServer(t, opts).Handler())
 	t.Cleanup(ts.Close)
 	return ts
 }
@@ -357,26 +349,40 @@ func TestSeekRunsOncePerID(t *testing.T) {
 	}
 }
 
+// produce sends "m-0" to "m-<n-1>" to topic, one entry each.
 func produce(t *testing.T, b *pulsartest.Broker, topic string, n int) {
 	t.Helper()
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.ServiceURL(), Logger: log.DefaultNopLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	producer, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	for i := 0; i < n; i++ {
-		if _, err := producer.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.ProduceUnbatched(t, b.ServiceURL(), topic, "m", n)
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testkit.Poll{Within: 10 * time.Second, Every: 5 * time.Millisecond}.Eventually(t, what, cond)
+}
+
+// A start-gated pod whose first push pauses its consumer hands the application nothing: the
+// start-up gate lifts only once the push's rules hold. (Lifted first, the consumer ran until
+// the rules were applied, and what its client had buffered could reach the application.)
+func TestFirstPushKeepsAGatedConsumerPaused(t *testing.T) {
+	b := pulsartest.Start(t)
+	for i := range 10 {
+		name, topic := fmt.Sprintf("pod-%d", i), fmt.Sprintf("orders-%d", i)
+		pod := startTestPodWith(t, b, agent.Options{Name: name, StartGated: true, SyncTimeout: time.Hour}, topic, true, control.Options{})
+		produce(t, b, topic, 20)
+		eventually(t, name+"'s client to be sent messages while gated", func() bool {
+			for _, c := range b.Subscription(topic, "sub").Consumers {
+				if c.Name == name && c.Unacked > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		req := protocol.FlowRequest{UID: "u", Revision: 1, Subscription: "sub", State: protocol.Paused}
+		if code, st := putAt(t, pod.addr, "f", req); code != http.StatusOK || len(st.Consumers) != 1 || st.Consumers[0].State != protocol.Paused {
+			t.Fatalf("%s: first push answered %d %+v", name, code, st)
+		}
+		if got := pod.received(); len(got) > 0 {
+			t.Fatalf("%s: a gated consumer paused by the first push handed over %d messages: %v", name, len(got), got)
+		}
+	}
 }

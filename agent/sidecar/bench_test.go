@@ -235,16 +235,12 @@ func BenchmarkSidecarLatency(b *testing.B) {
 	b.StopTimer()
 	for i, name := range []string{"direct", "sidecar"} {
 		slices.Sort(paths[i].lat)
-		b.ReportMetric(micros(percentile(paths[i].lat, 0.50)), name+"-p50-µs")
-		b.ReportMetric(micros(percentile(paths[i].lat, 0.99)), name+"-p99-µs")
+		b.ReportMetric(micros(testkit.Percentile(paths[i].lat, 50)), name+"-p50-µs")
+		b.ReportMetric(micros(testkit.Percentile(paths[i].lat, 99)), name+"-p99-µs")
 	}
-	b.ReportMetric(micros(percentile(paths[1].lat, 0.50)-percentile(paths[0].lat, 0.50)), "added-p50-µs")
-	b.ReportMetric(micros(percentile(paths[1].lat, 0.99)-percentile(paths[0].lat, 0.99)), "added-p99-µs")
+	b.ReportMetric(micros(testkit.Percentile(paths[1].lat, 50)-testkit.Percentile(paths[0].lat, 50)), "added-p50-µs")
+	b.ReportMetric(micros(testkit.Percentile(paths[1].lat, 99)-testkit.Percentile(paths[0].lat, 99)), "added-p99-µs")
 	b.ReportMetric(float64(samples), "samples")
-}
-
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

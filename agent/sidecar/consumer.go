@@ -32,7 +32,8 @@ import (
 //   - a FLOW reaches the broker only while the desired state is Running; SetState takes
 //     Consumer.mu, under which every FLOW is forwarded, so once SetState(Paused or Stopped)
 //     has returned no FLOW follows, and its PING barrier proves the broker received the
-//     last one before;
+//     last one before. The one exception: while paused, single permits that bring the rest
+//     of the chunked messages the client has begun (completeChunksLocked);
 //   - a MESSAGE reaches the client only while Running; others are held in order and handed
 //     over first on Running, under the same lock as new ones, so order is kept;
 //   - back to Running, the broker is granted what the client is owed:
@@ -54,9 +55,11 @@ type Consumer struct {
 
 	transitions chan struct{} // capacity one: SetState calls run one at a time
 
-	mu                         sync.Mutex
-	sub                        *pb.CommandSubscribe // the client's last SUBSCRIBE, replayed after Stopped
-	desired, observed          protocol.State
+	mu  sync.Mutex
+	sub *pb.CommandSubscribe // the client's last SUBSCRIBE, replayed after Stopped
+	// ruled is the state the rules set (SetState); desired combines it with the start-up
+	// gate's and is what the broker side is driven to.
+	ruled, desired, observed   protocol.State
 	generation                 int64
 	since                      time.Time
 	side                       side
@@ -71,8 +74,22 @@ type Consumer struct {
 	receivedWhilePaused        int64
 	delivered                  int64           // messages handed to the client
 	openChunks                 map[string]bool // chunked messages the client has begun, by uuid
+	chunkGrants                int64           // permits granted while paused to complete open chunks
+	detachPending              *time.Timer     // strict pause: detach once the open chunks complete, or at this timer
 	ended                      bool
 }
+
+// A paused consumer whose client has begun chunked messages asks the broker for their
+// remaining chunks one permit at a time: the client's incomplete-chunk expiry would otherwise
+// discard them (and pulsar-client-go acknowledge the chunks it had) if the pause outlasts it.
+// The entries those permits bring that are not such chunks are held. MaxChunkGrants bounds
+// the permits (a FLOW of one each) of one pause, and so what they add to the held messages;
+// chunkPatience bounds how long a strict pause waits for the chunks before detaching the
+// client regardless (a producer that died mid-message never sends them).
+const (
+	MaxChunkGrants = 1000
+	chunkPatience  = 5 * time.Second
+)
 
 type side int
 
@@ -93,7 +110,7 @@ type heldMessage struct {
 func newConsumer(c *conn, sub *pb.CommandSubscribe) *Consumer {
 	return &Consumer{conn: c, id: sub.GetConsumerId(), topic: sub.GetTopic(), subscription: sub.GetSubscription(),
 		name: sub.GetConsumerName(), kind: sub.GetSubType().String(), transitions: make(chan struct{}, 1),
-		desired: protocol.Running, observed: protocol.Running, since: time.Now(), sideChanged: make(chan struct{})}
+		ruled: protocol.Running, desired: protocol.Running, observed: protocol.Running, since: time.Now(), sideChanged: make(chan struct{})}
 }
 
 // Topic is the topic (or partition) the consumer subscribed to.
@@ -124,6 +141,37 @@ func (c *Consumer) SetState(ctx context.Context, state protocol.State, generatio
 	if !state.Valid() {
 		return &invalidStateError{state: state}
 	}
+	return c.transition(ctx, func() (protocol.State, error) {
+		if generation < c.generation || (generation == c.generation && state != c.ruled) {
+			return "", &agent.StaleGenerationError{Requested: generation, Applied: c.generation, State: state}
+		}
+		c.ruled, c.generation = state, generation
+		return c.wantedLocked(), nil
+	})
+}
+
+// regate brings the consumer to its state after the start-up gate moved.
+func (c *Consumer) regate(ctx context.Context) error {
+	return c.transition(ctx, func() (protocol.State, error) { return c.wantedLocked(), nil })
+}
+
+// wantedLocked combines the rules' state with the start-up gate's: the most restrictive wins.
+func (c *Consumer) wantedLocked() protocol.State {
+	return protocol.MostRestrictive(c.ruled, c.conn.s.startGate.State())
+}
+
+// startIn sets the state of a consumer before its first SUBSCRIBE goes on, so the broker
+// meets it from the first permit on.
+func (c *Consumer) startIn() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.desired = c.wantedLocked()
+	c.observed = c.desired
+}
+
+// transition brings the consumer to the state decide returns, called with the consumer's lock
+// held, and returns once that state holds (SetState); an error from decide changes nothing.
+func (c *Consumer) transition(ctx context.Context, decide func() (protocol.State, error)) error {
 	select {
 	case c.transitions <- struct{}{}:
 	case <-ctx.Done():
@@ -135,14 +183,16 @@ func (c *Consumer) SetState(ctx context.Context, state protocol.State, generatio
 		c.mu.Unlock()
 		return agent.ErrConsumerClosed
 	}
-	if generation < c.generation || (generation == c.generation && state != c.desired) {
+	state, err := decide()
+	if err != nil {
 		c.mu.Unlock()
-		return &agent.StaleGenerationError{Requested: generation, Applied: c.generation, State: state}
+		return err
 	}
-	c.desired, c.generation = state, generation
-	err := c.driveLocked()
-	if err == nil && state == protocol.Paused && c.conn.s.opts.StrictPause {
-		err = c.detachLocked()
+	c.desired = state
+	c.stopDetachPendingLocked()
+	err = c.driveLocked()
+	if err == nil && state == protocol.Paused {
+		err = c.pausedLocked()
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -204,7 +254,7 @@ func (c *Consumer) sideSettledLocked(state protocol.State) bool {
 	if state == protocol.Stopped {
 		return c.side == absent
 	}
-	if c.detached {
+	if c.detached || c.detachPending != nil {
 		return false // strict pause: the client has not dropped its queue yet
 	}
 	// Not subscribed yet, or the client subscribes again itself: its SUBSCRIBE will meet
@@ -227,6 +277,74 @@ func (c *Consumer) setSideLocked(s side) {
 func (c *Consumer) changedLocked() {
 	close(c.sideChanged)
 	c.sideChanged = make(chan struct{})
+}
+
+// pausedLocked takes the paused consumer's next step: complete the chunked messages its client
+// has begun, and in a strict pause detach the client once they are complete (it keeps their
+// first chunks across its re-subscribe, with their expiry running).
+func (c *Consumer) pausedLocked() error {
+	if c.conn.s.opts.StrictPause && !c.detached {
+		if !c.chunksToCompleteLocked() {
+			return c.detachLocked()
+		}
+		c.detachPending = time.AfterFunc(chunkPatience, c.detachNow)
+		c.changedLocked()
+	}
+	return c.completeChunksLocked()
+}
+
+// chunkProgressLocked goes on with pausedLocked's work after each MESSAGE while paused.
+func (c *Consumer) chunkProgressLocked() error {
+	if c.detachPending != nil && !c.chunksToCompleteLocked() {
+		c.stopDetachPendingLocked()
+		if err := c.detachLocked(); err != nil {
+			return err
+		}
+	}
+	return c.completeChunksLocked()
+}
+
+func (c *Consumer) chunksToCompleteLocked() bool {
+	return len(c.openChunks) > 0 && c.chunkGrants < MaxChunkGrants
+}
+
+// completeChunksLocked grants the broker one permit when the client has begun chunked
+// messages and the broker has none left to send their remaining chunks.
+func (c *Consumer) completeChunksLocked() error {
+	if len(c.openChunks) == 0 || c.side != subscribed || c.detached || c.brokerCredit > 0 {
+		return nil
+	}
+	if c.chunkGrants >= MaxChunkGrants {
+		if c.chunkGrants == MaxChunkGrants {
+			c.chunkGrants++ // say it once per pause
+			c.conn.log.Info("Paused with chunked messages still incomplete after the most permits a pause grants for them; the client's incomplete-chunk expiry may discard them",
+				"topic", c.topic, "subscription", c.subscription, "consumer", c.name, "permits", MaxChunkGrants)
+		}
+		return nil
+	}
+	c.chunkGrants++
+	c.brokerCredit++
+	return c.conn.toBroker.write(true, flowCommand(c.id, 1))
+}
+
+// detachNow detaches the client of a strict pause that waited chunkPatience for its chunked
+// messages to complete.
+func (c *Consumer) detachNow() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.detachPending == nil || c.desired != protocol.Paused {
+		return
+	}
+	c.stopDetachPendingLocked()
+	_ = c.detachLocked()
+}
+
+func (c *Consumer) stopDetachPendingLocked() {
+	if c.detachPending != nil {
+		c.detachPending.Stop()
+		c.detachPending = nil
+		c.changedLocked()
+	}
 }
 
 // detachLocked closes the client's consumer, not the broker's, so that the client drops its
@@ -252,7 +370,7 @@ func (c *Consumer) reattachLocked(requestID uint64) error {
 	c.detached = false
 	c.clientResubscribes = false // the broker may have closed its side meanwhile: drive subscribes again
 	c.clientCredit = 0
-	c.openChunks = nil // the client dropped what it had; the redelivery starts chunked messages over
+	c.openChunks = nil // the client dropped what it had (detached with none begun, or past the bounds)
 	c.redeliver = c.side != absent
 	c.changedLocked()
 	if err := c.conn.toClient.write(true, successCommand(requestID)); err != nil {
@@ -277,6 +395,7 @@ func (c *Consumer) driveLocked() error {
 // openLocked hands the held messages to the client, then grants the broker what the client
 // is owed.
 func (c *Consumer) openLocked() error {
+	c.chunkGrants = 0
 	if c.redeliver {
 		// The client dropped messages the broker still counts as this consumer's: ask for
 		// all of them again; what was held comes again with them.
@@ -366,8 +485,10 @@ func (c *Consumer) clientSubscribe(raw []byte, sub *pb.CommandSubscribe) error {
 	}
 	c.clientResubscribes = false
 	if c.side == absent {
+		// A new session. openChunks stays: the client keeps the chunks it has of begun
+		// messages (their expiry running on), and the broker sends those again from their
+		// first chunk, which the client takes as a redelivery.
 		c.clientCredit = 0
-		c.openChunks = nil // a new session: the broker sends chunked messages again from their start
 		c.dropHeldLocked(time.Time{})
 		c.setSideLocked(subscribing)
 	}
@@ -421,6 +542,7 @@ func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
 // paused, the chunks of a chunked message whose first chunks the client already has still go
 // to it, so that the client's incomplete-chunk expiry cannot discard (and pulsar-client-go
 // acknowledge) a message split by the pause; the application then gets that one message.
+// Each MESSAGE while paused may take the completion of those messages a step further.
 func (c *Consumer) brokerMessage(raw []byte, e entry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -433,12 +555,18 @@ func (c *Consumer) brokerMessage(raw []byte, e entry) error {
 		c.clientCredit -= e.messages
 		c.delivered += e.messages
 		c.trackChunkLocked(e)
-		return c.conn.toClient.write(false, raw)
+		if err := c.conn.toClient.write(false, raw); err != nil {
+			return err
+		}
+	} else {
+		c.held = append(c.held, heldMessage{raw: raw, n: e.messages, at: time.Now(), entry: e})
+		c.heldCount += e.messages
+		c.receivedWhilePaused += e.messages
 	}
-	c.held = append(c.held, heldMessage{raw: raw, n: e.messages, at: time.Now(), entry: e})
-	c.heldCount += e.messages
-	c.receivedWhilePaused += e.messages
-	return nil
+	if c.desired != protocol.Paused {
+		return nil
+	}
+	return c.chunkProgressLocked()
 }
 
 // trackChunkLocked remembers the chunked messages the client has started and not completed.
@@ -503,6 +631,7 @@ func (c *Consumer) end() {
 	c.mu.Lock()
 	if !c.ended {
 		c.ended = true
+		c.stopDetachPendingLocked()
 		c.dropHeldLocked(time.Time{})
 		c.setSideLocked(absent)
 		c.changedLocked() // wake waiters for good

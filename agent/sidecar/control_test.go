@@ -15,6 +15,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -266,20 +267,13 @@ func TestPartitionOf(t *testing.T) {
 // unacked reads the subscription's backlog and unacknowledged messages from the admin API.
 func (w *world) unacked(t *testing.T, topic, subscription string) int64 {
 	t.Helper()
-	resp, err := http.Get(w.admin + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var stats struct {
 		Subscriptions map[string]struct {
 			MsgBacklog      int64 `json:"msgBacklog"`
 			UnackedMessages int64 `json:"unackedMessages"`
 		} `json:"subscriptions"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
-		t.Fatal(err)
-	}
+	testkit.GetJSON(t, w.admin+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/stats", &stats)
 	sub := stats.Subscriptions[subscription]
 	return sub.MsgBacklog + sub.UnackedMessages
 }

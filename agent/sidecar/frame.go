@@ -60,37 +60,12 @@ func parseFrame(raw []byte) (frame, error) {
 		return frame{}, fmt.Errorf("%w: command of %d bytes in a frame of %d", errBadFrame, cmdSize, len(raw))
 	}
 	f := frame{raw: raw, cmd: raw[8 : 8+cmdSize], payload: raw[8+cmdSize:]}
-	typ, err := commandType(f.cmd)
+	typ, err := pb.CommandType(f.cmd)
 	if err != nil {
 		return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
 	f.typ = typ
 	return f, nil
-}
-
-// commandType reads BaseCommand.type without decoding the rest, so that frames the sidecar
-// passes through cost nothing and command types unknown to the generated subset keep their
-// number.
-func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
-	for len(cmd) > 0 {
-		num, typ, n := protowire.ConsumeTag(cmd)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		cmd = cmd[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(cmd)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			return pb.BaseCommand_Type(v), nil
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, cmd); n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		cmd = cmd[n:]
-	}
-	return 0, errors.New("command without a type")
 }
 
 // decodeOptions accept commands that miss required fields: the broker judges them, the

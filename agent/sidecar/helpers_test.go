@@ -309,6 +309,7 @@ type peer struct {
 type peerOptions struct {
 	topic, subscription, name, subType string
 	queue, delayMs                     int
+	chunkExpiryMs                      int // the Java peer's incomplete-chunk expiry; 0: its default
 }
 
 var (
@@ -375,20 +376,13 @@ func startPeer(t testing.TB, lang, url string, o peerOptions) *peer {
 	}
 	argv := append(peerCommand(t, lang), "--url", url, "--topic", o.topic, "--subscription", o.subscription,
 		"--type", o.subType, "--name", o.name, "--queue", fmt.Sprint(o.queue), "--delay-ms", fmt.Sprint(o.delayMs))
+	if o.chunkExpiryMs > 0 {
+		argv = append(argv, "--chunk-expiry-ms", fmt.Sprint(o.chunkExpiryMs))
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = repoRoot()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd.Stderr = &prefixWriter{t: t, prefix: lang + " peer: "}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testkit.StartPiped(t, cmd)
 	p := &peer{lang: lang, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
 	go p.read(stdout)
 	t.Cleanup(p.stop)

@@ -59,8 +59,8 @@ func (c seekingConsumer) SeekPartitionsByIndex(ctx context.Context, targets []pr
 	return c.admin.ResetByIndex(ctx, baseTopic(c.topic), c.subscription, targets)
 }
 
-// MarkSynced has nothing to lift: the sidecar has no start-up gate.
-func (*controlHost) MarkSynced() {}
+// MarkSynced lifts the sidecar's start-up gate (Options.StartGated).
+func (h *controlHost) MarkSynced() { h.Sidecar.MarkSynced() }
 
 func (h *controlHost) WatchBacklog(topic, subscription string) {
 	h.admin.WatchBacklog(topic, subscription)

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/subflow-dev/subflow/agent/internal/startgate"
+	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // DefaultListenAddr is where applications find the sidecar: Pulsar's default service port on
@@ -58,6 +61,15 @@ type Options struct {
 	// subscribed again; on Running the broker is asked to redeliver the consumer's
 	// unacknowledged messages. See docs/sidecar.md for what each client still hands over.
 	StrictPause bool
+	// StartGated makes consumers start Paused until MarkSynced (the controller's first push)
+	// or SyncTimeout, after which FallbackState applies until MarkSynced: a pod started
+	// during a pause consumes nothing before the controller has told it so. As the agent's
+	// option of the same name (agent.Options).
+	StartGated bool
+	// SyncTimeout bounds the StartGated wait; zero means agent.DefaultSyncTimeout.
+	SyncTimeout time.Duration
+	// FallbackState applies when SyncTimeout passes unsynced; empty means Running.
+	FallbackState protocol.State
 	// Name is what the sidecar reports for itself (the pod name).
 	Name string
 	// Logger receives structured logs.
@@ -78,6 +90,7 @@ type Sidecar struct {
 	onSubscribe []func(*Consumer)
 	routes      map[string]route        // brokers named by lookups, which a CONNECT may ask for
 	detaching   map[chan struct{}]*conn // strict pauses whose client has not processed the close yet
+	startGate   *startgate.Gate
 
 	wg sync.WaitGroup
 }
@@ -122,8 +135,12 @@ func New(opts Options) (*Sidecar, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
-	return &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, tls: tlsConfig, conns: map[uint64]*conn{},
-		consumers: map[*Consumer]bool{}, routes: map[string]route{}, detaching: map[chan struct{}]*conn{}}, nil
+	s := &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, tls: tlsConfig, conns: map[uint64]*conn{},
+		consumers: map[*Consumer]bool{}, routes: map[string]route{}, detaching: map[chan struct{}]*conn{}}
+	if err := s.newStartGate(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // brokerHostPort accepts pulsar://host:port and pulsar+ssl://host:port.
@@ -290,12 +307,14 @@ func (s *Sidecar) Consumers() []*Consumer {
 	return out
 }
 
-// added registers a new consumer and runs the OnSubscribe hooks.
+// added registers a new consumer, gives it the start-up gate's state and runs the
+// OnSubscribe hooks (the rules in force may set another).
 func (s *Sidecar) added(c *Consumer) {
 	s.mu.Lock()
 	s.consumers[c] = true
 	hooks := slices.Clone(s.onSubscribe)
 	s.mu.Unlock()
+	c.startIn()
 	for _, fn := range hooks {
 		fn(c)
 	}

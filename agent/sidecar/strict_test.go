@@ -31,11 +31,7 @@ var strictLeakBound = map[string]int{"go": 11, "java": 0, "python": 0}
 // keeps the consumer (no CLOSE_CONSUMER, no new SUBSCRIBE on the broker side) and gets no
 // FLOW; resumed, every message arrives, those the client dropped delivered again.
 func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
-	forEachPeer(t, func(t *testing.T, lang string) {
-		if lang == "go" {
-			needStrictGoClient(t)
-		}
-		w := newWorld(t, Options{StrictPause: true})
+	forEachStrictPeer(t, func(t *testing.T, lang string, w *world) {
 		topic, name := uniqueTopic(t), "app-"+lang
 		producer := newClient(t, w.url)
 		sent := produceUnbatched(t, producer, topic, "m", 0, 100)
@@ -78,11 +74,7 @@ func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 // while halted. With pulsar-client-go this also covers the client's handler race that
 // Sidecar.awaitDetaches closes.
 func TestStrictPauseTransitions(t *testing.T) {
-	forEachPeer(t, func(t *testing.T, lang string) {
-		if lang == "go" {
-			needStrictGoClient(t)
-		}
-		w := newWorld(t, Options{StrictPause: true})
+	forEachStrictPeer(t, func(t *testing.T, lang string, w *world) {
 		topic, name := uniqueTopic(t), "app-"+lang
 		producer := newClient(t, w.url)
 		sent := produceUnbatched(t, producer, topic, "m", 0, 20)
@@ -147,6 +139,17 @@ func TestStrictPauseGoClientKeepsItsHandler(t *testing.T) {
 		setState(t, c, protocol.Running)
 		eventually(t, fmt.Sprintf("everything after resume %d", round+1), func() bool { return len(missing(all, cons.values())) == 0 })
 	}
+}
+
+// forEachStrictPeer runs test for each client, as forEachPeer does, against a new world whose
+// sidecar pauses strictly.
+func forEachStrictPeer(t *testing.T, test func(t *testing.T, lang string, w *world)) {
+	forEachPeer(t, func(t *testing.T, lang string) {
+		if lang == "go" {
+			needStrictGoClient(t)
+		}
+		test(t, lang, newWorld(t, Options{StrictPause: true}))
+	})
 }
 
 // needStrictGoClient skips a strict-pause test of pulsar-client-go before v0.21, which

@@ -115,6 +115,19 @@ func (p *plugin) connect() (client.WithWatch, string, error) {
 	return c, namespace, err
 }
 
+// getFlow reads the named flow in the current namespace, with the client that read it.
+func (p *plugin) getFlow(ctx context.Context, name string) (client.WithWatch, *subflowv1.SubscriptionFlow, error) {
+	c, namespace, err := p.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	var flow subflowv1.SubscriptionFlow
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
+		return nil, nil, err
+	}
+	return c, &flow, nil
+}
+
 func newClient(cfg *rest.Config) (client.WithWatch, error) {
 	scheme := runtime.NewScheme()
 	if err := subflowv1.AddToScheme(scheme); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -60,7 +61,11 @@ id, so that no partition is replayed twice.`,
 			if err != nil {
 				return err
 			}
-			return p.requestSeek(cmd, name, seek)
+			c, flow, err := p.getFlow(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			return p.patchSeek(cmd.Context(), c, flow, seek)
 		},
 	}
 	cmd.Flags().Int64Var(&index, "index", 0, "target broker-entry index on a non-partitioned topic")
@@ -72,19 +77,15 @@ id, so that no partition is replayed twice.`,
 
 // retrySeek asks for the partitions the flow's last seek did not move, under a new id.
 func (p *plugin) retrySeek(cmd *cobra.Command, name, id string) error {
-	c, namespace, err := p.connect()
+	c, flow, err := p.getFlow(cmd.Context(), name)
 	if err != nil {
-		return err
-	}
-	var flow subflowv1.SubscriptionFlow
-	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
 		return err
 	}
 	seek, err := retryRequest(flow.Status.Seek, id, p.now)
 	if err != nil {
 		return fmt.Errorf("%s/%s: %w", resourceName, name, err)
 	}
-	return p.requestSeek(cmd, name, seek)
+	return p.patchSeek(cmd.Context(), c, flow, seek)
 }
 
 // retryRequest is spec.seek for the partitions a finished seek did not move.
@@ -177,18 +178,10 @@ func generatedSeekID(now time.Time) string {
 	return "seek-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(suffix)
 }
 
-// requestSeek writes spec.seek, refusing an id the flow already carries (it would not run
-// again). The patch names the resourceVersion read, so a concurrent change makes it fail
-// instead of being overwritten.
-func (p *plugin) requestSeek(cmd *cobra.Command, name string, seek *subflowv1.SeekSpec) error {
-	c, namespace, err := p.connect()
-	if err != nil {
-		return err
-	}
-	var flow subflowv1.SubscriptionFlow
-	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
-		return err
-	}
+// patchSeek writes spec.seek into the flow as read, refusing an id the flow already carries (it
+// would not run again). The patch names the resourceVersion read, so a concurrent change makes
+// it fail instead of being overwritten.
+func (p *plugin) patchSeek(ctx context.Context, c client.Client, flow *subflowv1.SubscriptionFlow, seek *subflowv1.SeekSpec) error {
 	if flow.Spec.Seek != nil && flow.Spec.Seek.ID == seek.ID {
 		return fmt.Errorf("spec.seek.id is already %q: a seek runs once per id; give a new --id or leave it out", seek.ID)
 	}
@@ -201,11 +194,11 @@ func (p *plugin) requestSeek(cmd *cobra.Command, name string, seek *subflowv1.Se
 	if err != nil {
 		return err
 	}
-	if err := c.Patch(cmd.Context(), &flow, client.RawPatch(types.MergePatchType, body)); err != nil {
+	if err := c.Patch(ctx, flow, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return err
 	}
 	fmt.Fprintf(p.stdout, "%s/%s seek requested: id %s, %s (follow it with: kubectl subflow status %s -n %s)\n",
-		resourceName, name, seek.ID, describeTargets(seek), name, namespace)
+		resourceName, flow.Name, seek.ID, describeTargets(seek), flow.Name, flow.Namespace)
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -33,15 +32,11 @@ func (p *plugin) statusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, namespace, err := p.connect()
+			_, flow, err := p.getFlow(cmd.Context(), name)
 			if err != nil {
 				return err
 			}
-			var flow subflowv1.SubscriptionFlow
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: name}, &flow); err != nil {
-				return err
-			}
-			return printStatus(p.stdout, &flow, p.now())
+			return printStatus(p.stdout, flow, p.now())
 		},
 	}
 }

@@ -17,10 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
@@ -114,22 +111,11 @@ func startController(t *testing.T) client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := testenv.Scheme()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions(), Cache: controllers.CacheOptions()})
+	stop, err := testenv.StartController(cfg, testenv.ControllerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock.RealClock{},
-		Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
-		Resync: time.Hour}).SetupWithManager(mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	k8s, err := testenv.Client(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,15 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.opts.HandshakeTimeout, "handshake-timeout", sidecar.DefaultHandshakeTimeout, "how long a new connection may take to send CONNECT")
 	fs.DurationVar(&c.opts.DialTimeout, "dial-timeout", sidecar.DefaultDialTimeout, "how long connecting to a broker may take")
 	fs.BoolVar(&c.opts.StrictPause, "strict-pause", false, "make a pause take back what the client buffered: the client re-subscribes (docs/sidecar.md)")
+	fs.BoolVar(&c.opts.StartGated, "start-gated", false, "start consumers Paused until the controller's first push (or --sync-timeout), so a pod started during a pause consumes nothing")
+	fs.DurationVar(&c.opts.SyncTimeout, "sync-timeout", agent.DefaultSyncTimeout, "with --start-gated: how long to wait for the first push before --fallback-state applies")
+	fs.Func("fallback-state", "with --start-gated: the state after --sync-timeout without a push, Running (default), Paused or Stopped", func(v string) error {
+		if state := protocol.State(v); !state.Valid() {
+			return fmt.Errorf("%q: want Running, Paused or Stopped", v)
+		}
+		c.opts.FallbackState = protocol.State(v)
+		return nil
+	})
 	fs.StringVar(&c.opts.Name, "name", os.Getenv("POD_NAME"), "the name the sidecar reports for itself (default $POD_NAME)")
 	fs.StringVar(&c.controlAddr, "control-addr", fmt.Sprintf(":%d", protocol.DefaultPort), "the control API the controller pushes flow rules to (name its container port "+protocol.PortName+")")
 	fs.StringVar(&c.tokenFile, "token-file", "/var/run/subflow/token", "the mounted key of Secret subflow-agent-token; read at every request, so it may appear later")

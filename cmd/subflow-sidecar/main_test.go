@@ -31,6 +31,8 @@ func TestFlags(t *testing.T) {
 		{name: "no token file", args: []string{"--broker-url", "pulsar://b:6650", "--token-file", ""}, wantErr: "--token-file"},
 		{name: "no control address", args: []string{"--broker-url", "pulsar://b:6650", "--control-addr", ""}, wantErr: "--control-addr"},
 		{name: "stray argument", args: []string{"--broker-url", "pulsar://b:6650", "extra"}, wantErr: "unexpected"},
+		{name: "start gated", args: []string{"--broker-url", "pulsar://b:6650", "--start-gated", "--sync-timeout", "10s", "--fallback-state", "Paused"}},
+		{name: "unknown fallback", args: []string{"--broker-url", "pulsar://b:6650", "--fallback-state", "Pausd"}, wantErr: "want Running, Paused or Stopped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PULSAR_BROKER_URL", "")

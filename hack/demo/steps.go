@@ -76,7 +76,10 @@ func (d *demo) pause(ctx context.Context) error {
 }
 
 func (d *demo) seek(ctx context.Context) error {
-	index := d.w.produced.Load() / 2
+	// Back to half of what was produced, or to the first message no application has received
+	// if that is earlier: a seek forward past it would skip it, and the demo ends by checking
+	// that every message was delivered.
+	index := min(d.w.produced.Load()/2, int64(d.w.firstMissing()))
 	fmt.Printf("   kubectl patch sf %s --type merge -p '{\"spec\":{\"seek\":{\"id\":\"replay-1\",\"index\":%d}}}'\n", flowName, index)
 	if err := d.patch(ctx, fmt.Sprintf(`{"spec":{"seek":{"id":"replay-1","index":%d}}}`, index)); err != nil {
 		return err
@@ -257,14 +260,30 @@ func (w *world) delivered() int {
 	return n
 }
 
-// missing counts the first n produced messages (order-0 .. order-n-1) no application received.
-func (w *world) missing(n int) int {
+// firstMissing is the lowest i such that no application received order-i, which is also its
+// broker-entry index (one producer, one topic).
+func (w *world) firstMissing() int {
+	seen := w.seen()
+	i := 0
+	for seen[fmt.Sprintf("order-%d", i)] {
+		i++
+	}
+	return i
+}
+
+func (w *world) seen() map[string]bool {
 	seen := map[string]bool{}
 	for _, p := range w.pods {
 		for _, payload := range p.Payloads() {
 			seen[payload] = true
 		}
 	}
+	return seen
+}
+
+// missing counts the first n produced messages (order-0 .. order-n-1) no application received.
+func (w *world) missing(n int) int {
+	seen := w.seen()
 	count := 0
 	for i := range n {
 		if !seen[fmt.Sprintf("order-%d", i)] {

@@ -20,14 +20,17 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
 
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/podsim"
@@ -35,7 +38,9 @@ import (
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/webhooks"
 )
 
 const (
@@ -82,20 +87,19 @@ func (w *world) stopProducer() {
 func startWorld(ctx context.Context, pods int, broker brokerURLs) (*world, error) {
 	w := &world{clock: &testclock.Shifted{}}
 	step("starting a local control plane (kube-apiserver + etcd; built from source on first use)")
-	env, cfg, err := testenv.Start()
+	env, cfg, err := testenv.StartWithWebhooks()
 	if err != nil {
 		return nil, err
 	}
 	w.env = env
 	w.stop = append(w.stop, func() { _ = env.Stop() })
-	scheme := testenv.Scheme()
-	if w.k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if w.k8s, err = testenv.Client(cfg); err != nil {
 		return w, err
 	}
 	if err := w.startBroker(broker); err != nil {
 		return w, err
 	}
-	if err := w.startController(ctx, cfg, scheme); err != nil {
+	if err := w.startController(cfg); err != nil {
 		return w, err
 	}
 	if err := w.createNamespace(ctx); err != nil {
@@ -167,7 +171,7 @@ func (w *world) backlog(ctx context.Context) (int64, error) {
 	return st.Subscriptions[subscription].MsgBacklog, nil
 }
 
-func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) error {
+func (w *world) startController(cfg *rest.Config) error {
 	step("starting the subflow controller")
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	var err error
@@ -177,32 +181,31 @@ func (w *world) startController(ctx context.Context, cfg *rest.Config, scheme *r
 	// Plain HTTP without authentication, on loopback only (the manager's --metrics-secure=false):
 	// this local world has no API server tokens for a scraper. Deployed, the controller serves
 	// /metrics over HTTPS to callers the API server authorizes.
-	// One world per run, but a test process may start worlds one after another (go test -count):
-	// the earlier controller of that name is stopped by then.
-	skipNameValidation := true
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Client: controllers.ClientOptions(),
-		Metrics:    metricsserver.Options{BindAddress: w.metricsAddr},
-		Controller: config.Controller{SkipNameValidation: &skipNameValidation}})
+	// The webhooks serve with the certificate envtest made for its webhook configurations, as
+	// they serve a cert-manager certificate deployed (config/cert-manager).
+	wio := w.env.WebhookInstallOptions
+	hooks, err := webhooks.New(webhooks.Options{SidecarImage: "subflow-sidecar:demo", Certs: webhooks.CertsFromFiles,
+		CertDir: wio.LocalServingCertDir})
 	if err != nil {
 		return err
 	}
-	r := &controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: w.clock,
-		Agents: controllers.NewHTTPAgentClient(2*time.Second, nil), Recorder: mgr.GetEventRecorder("subflow-controller"),
-		Resync: 30 * time.Second}
-	if err := r.SetupWithManager(mgr); err != nil {
+	var started healthz.Checker
+	stop, err := testenv.StartController(cfg, testenv.ControllerOptions{Clock: w.clock, Resync: 30 * time.Second,
+		Manager: func(o *ctrl.Options) {
+			o.Metrics.BindAddress = w.metricsAddr
+			o.WebhookServer = webhook.NewServer(hooks.ServerOptions(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort}))
+		},
+		Setup: func(mgr manager.Manager) error {
+			started = mgr.GetWebhookServer().StartedChecker()
+			return hooks.SetupWithManager(mgr)
+		}})
+	if err != nil {
 		return err
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mctx); err != nil {
-			fmt.Fprintln(os.Stderr, "controller stopped:", err)
-		}
-	}()
-	w.stop = append(w.stop, func() { cancel(); <-done })
+	w.stop = append(w.stop, stop)
 	fmt.Printf("   metrics http://%s/metrics\n", w.metricsAddr)
-	return nil
+	// The pod webhook fails open, so a pod created before it serves would be admitted unwired.
+	return testkit.Poll{Within: 30 * time.Second, Every: 100 * time.Millisecond}.UntilNil(func() error { return started(nil) })
 }
 
 // freeLoopbackAddr returns a loopback address with a port free right now: the manager binds
@@ -224,37 +227,115 @@ func (w *world) createNamespace(ctx context.Context) error {
 		Data: map[string][]byte{controllers.DefaultTokenKey: []byte(token)}})
 }
 
-// startPods runs n consumer pods built on the agent (see examples/consumer for the app side)
-// and registers them as Pod objects with a loopback IP, as the kubelet would. Each agent serves
-// its metrics on http://127.0.0.1:<port>/metrics.
+// startPods creates n consumer pods the way a team opts in: label subflow.dev/inject=agent and
+// only the application container. The webhook wires them (token volume and mount, POD_NAME, the
+// control port named subflow); the demo then plays the kubelet, starting each pod's agent (see
+// examples/consumer for the app side) on the injected port with the token from the injected
+// volume's Secret, and reporting a loopback pod IP. Each agent serves its metrics on
+// http://127.0.0.1:<port>/metrics.
 func (w *world) startPods(ctx context.Context, n int) error {
-	step(fmt.Sprintf("starting %d consumer pods, each with an agent on its own port", n))
+	step(fmt.Sprintf("creating %d consumer pods labelled %s=%s; the webhook wires each for its agent", n, webhooks.InjectLabel, webhooks.ModeAgent))
 	for i := 0; i < n; i++ {
-		name := fmt.Sprintf("orders-worker-%d", i)
-		// Each pod has its own registry, served on its agent's /metrics (no token, the default).
-		p, err := podsim.Start(podsim.Options{Name: name, ServiceURL: w.wire.ServiceURL(), AdminURL: w.admin,
-			Token: token, Topic: w.topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50,
-			Metrics: prometheus.NewRegistry()})
+		pod, err := w.createPod(ctx, fmt.Sprintf("orders-worker-%d", i))
 		if err != nil {
 			return err
 		}
-		w.pods = append(w.pods, p)
-		fmt.Printf("   %s agent http://127.0.0.1:%d (metrics on /metrics)\n", name, p.Port)
-		w.stop = append(w.stop, p.Close)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": "orders-worker"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "orders-worker:demo",
-				Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(p.Port)}}}}},
+		if i == 0 {
+			printInjected(pod)
 		}
-		if err := w.k8s.Create(ctx, pod); err != nil {
-			return err
-		}
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
-		if err := w.k8s.Status().Update(ctx, pod); err != nil {
+		if err := w.runAgent(ctx, pod); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// createPod creates one opted-in pod and returns it as admitted, failing if it was not wired.
+func (w *world) createPod(ctx context.Context, name string) (*corev1.Pod, error) {
+	addr, err := freeLoopbackAddr() // every simulated pod shares 127.0.0.1, so each needs its own port
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+			Labels:      map[string]string{"app": "orders-worker", webhooks.InjectLabel: webhooks.ModeAgent},
+			Annotations: map[string]string{webhooks.AgentPortAnnotation: port}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "orders-worker:demo"}}},
+	}
+	if err := w.k8s.Create(ctx, pod); err != nil {
+		return nil, err
+	}
+	if got := pod.Annotations[webhooks.InjectedAnnotation]; got != webhooks.ModeAgent {
+		return nil, fmt.Errorf("pod %s was not wired by the webhook (annotation %s=%q, skipped: %q)",
+			name, webhooks.InjectedAnnotation, got, pod.Annotations[webhooks.SkippedAnnotation])
+	}
+	return pod, nil
+}
+
+// runAgent starts the pod's agent as the kubelet would start its container: on the injected
+// control port, with the token file the injected volume projects from its Secret.
+func (w *world) runAgent(ctx context.Context, pod *corev1.Pod) error {
+	port, token, err := w.injectedWiring(ctx, pod)
+	if err != nil {
+		return err
+	}
+	// Each pod has its own registry, served on its agent's /metrics (no token, the default).
+	p, err := podsim.Start(podsim.Options{Name: pod.Name, ServiceURL: w.wire.ServiceURL(), AdminURL: w.admin,
+		Token: token, Topic: w.topic, Subscription: subscription, Type: pulsar.Shared, ReceiverQueueSize: 50,
+		Addr: fmt.Sprintf("127.0.0.1:%d", port), Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	w.pods = append(w.pods, p)
+	w.stop = append(w.stop, p.Close)
+	fmt.Printf("   %s agent http://127.0.0.1:%d (metrics on /metrics)\n", pod.Name, p.Port)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+	return w.k8s.Status().Update(ctx, pod)
+}
+
+// injectedWiring reads the control port and the agent's token from what the webhook added.
+func (w *world) injectedWiring(ctx context.Context, pod *corev1.Pod) (port int32, token string, err error) {
+	for _, p := range pod.Spec.Containers[0].Ports {
+		if p.Name == protocol.PortName {
+			port = p.ContainerPort
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != webhooks.TokenVolume || v.Secret == nil {
+			continue
+		}
+		var secret corev1.Secret
+		if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: v.Secret.SecretName}, &secret); err != nil {
+			return 0, "", err
+		}
+		token = string(secret.Data[webhooks.TokenKey])
+	}
+	if port == 0 || token == "" {
+		return 0, "", fmt.Errorf("pod %s: no port %s or no token in the injected wiring", pod.Name, protocol.PortName)
+	}
+	return port, token, nil
+}
+
+// printInjected shows what the webhook added to a pod that asked with a label and one container.
+func printInjected(pod *corev1.Pod) {
+	shown := struct {
+		Annotations map[string]string  `json:"annotations"`
+		Containers  []corev1.Container `json:"containers"`
+		Volumes     []corev1.Volume    `json:"volumes"`
+	}{pod.Annotations, pod.Spec.Containers, pod.Spec.Volumes}
+	for i := range shown.Containers { // the API server's defaults are not the webhook's doing
+		c := &shown.Containers[i]
+		c.TerminationMessagePath, c.TerminationMessagePolicy, c.ImagePullPolicy = "", "", ""
+	}
+	out, err := yaml.Marshal(shown)
+	if err != nil {
+		return
+	}
+	fmt.Printf("   %s as admitted (created with only container worker):\n", pod.Name)
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		fmt.Println("     " + line)
+	}
 }
 
 // startProducer publishes rate messages per second until stopProducer.

@@ -59,12 +59,16 @@ classpath() {
 	echo "$file"
 }
 
-# free_port prints a loopback port nothing listens on, other than the ones in $taken.
+# free_port prints a loopback port nothing listens on, other than the ones in $taken. It picks
+# below the kernel's ephemeral range, so no outgoing connection can take the port in the seconds
+# between this check and the JVM's bind.
 taken=" "
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
-	local port
+	local port low=10000
+	((ephemeral_low > low + 1000)) || low=$((ephemeral_low - 1000))
 	for _ in $(seq 50); do
-		port=$((20000 + RANDOM % 40000))
+		port=$((low + RANDOM % (ephemeral_low - low)))
 		if [[ "$taken" != *" $port "* ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return
@@ -87,15 +91,30 @@ stop() {
 	return 0
 }
 
-# start launches the broker with the overrides in "$@" and returns once it serves.
+# start launches the broker with the overrides in "$@" and returns once it serves. Another
+# process may still bind a port between free_port's check and the JVM's bind (a concurrent
+# broker, a test's listener); then it starts again on fresh ports, up to three times.
 start() {
+	trap stop EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	local attempt
+	for attempt in 1 2 3; do
+		launch "$@" && return
+		log "a port was taken before the broker bound it (attempt $attempt of 3); starting again on fresh ports"
+		stop
+		jvm="" watchdog="" work=""
+	done
+	fail "the broker could not bind its ports in 3 attempts"
+}
+
+# launch starts one broker; it returns 1 if the broker exited because a port was in use, and
+# fails the script for any other reason.
+launch() {
 	local java cp
 	java=$(java_cmd)
 	cp=$(classpath)
 	work=$(mktemp -d "${TMPDIR:-/tmp}/subflow-pulsar.XXXXXX")
-	trap stop EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
 
 	local broker_port web_port bookie_port
 	broker_port=${PULSAR_PORT:-$(free_port)}
@@ -103,6 +122,7 @@ start() {
 	web_port=${PULSAR_ADMIN_PORT:-$(free_port)}
 	taken+="$web_port "
 	bookie_port=$(free_port)
+	taken+="$bookie_port "
 	{
 		cat "$here/standalone.conf"
 		echo "brokerServicePort=$broker_port"
@@ -140,6 +160,10 @@ start() {
 	until curl -fsS -m 5 -o /dev/null "$PULSAR_ADMIN_URL/admin/v2/namespaces/public/default" 2>/dev/null &&
 		curl -fsS -m 30 -o /dev/null "$PULSAR_ADMIN_URL/admin/v2/brokers/health" 2>/dev/null; do
 		if ! kill -0 "$jvm" 2>/dev/null; then
+			# A fixed port (PULSAR_PORT, PULSAR_ADMIN_PORT) taken stays taken: no retry then.
+			if port_in_use_logged && [[ -z "${PULSAR_PORT:-}${PULSAR_ADMIN_PORT:-}" ]]; then
+				return 1
+			fi
 			fail "the broker exited during start-up"
 		fi
 		if ((SECONDS >= deadline)); then
@@ -149,6 +173,11 @@ start() {
 	done
 	log "Apache Pulsar $version is up after ${SECONDS}s (pid $jvm)"
 	export PULSAR_URL PULSAR_ADMIN_URL PULSAR_VERSION="$version"
+}
+
+# port_in_use_logged says whether the broker's logs report a port it could not bind.
+port_in_use_logged() {
+	grep -qsE 'Address already in use|BindException' "$work/broker.log" "$work/stdout.log"
 }
 
 # fail reports why the broker did not start, with the lines of its logs that say so.

@@ -23,7 +23,7 @@ fails_with() {
 	grep -q "$pattern" "$out/log" || { cat "$out/log"; return 1; }
 }
 
-# jvms_of DIR prints the pids of JVMs started in a work directory under DIR's prefix.
+# jvms DIR prints the pids of the broker JVMs started in work directory DIR.
 jvms() { pgrep -f "org.apache.pulsar.PulsarStandaloneStarter -c $1" || true; }
 
 # no_jvm_within SECONDS WORKDIR: every broker JVM of that work directory ends in time.
@@ -57,10 +57,13 @@ port_taken() {
 check "a port already taken: fails with the reason" port_taken
 
 stopped_by() { # stopped_by SIGNAL: the script gets SIGNAL while the broker runs
-	"$pulsar" run >"$out/run.log" 2>&1 &
+	# One log per signal: the redirection happens in the child, so a reused file could still
+	# show the previous broker's URL when the wait below first reads it.
+	local log="$out/run-$1.log"
+	"$pulsar" run >"$log" 2>&1 &
 	local script=$!
 	local work
-	work=$(started_broker "$out/run.log") || { kill -9 "$script"; cat "$out/run.log"; return 1; }
+	work=$(started_broker "$log") || { kill -9 "$script"; cat "$log"; return 1; }
 	[[ -n "$(jvms "$work")" ]] || { echo "no broker JVM found for $work"; return 1; }
 	kill "-$1" "$script"
 	wait "$script" 2>/dev/null

@@ -20,10 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -103,26 +100,9 @@ func (c *cluster) finalizeNamespaces() {
 // startController runs the controller until the returned stop is called (or the test ends).
 func (c *cluster) startController() (stop func()) {
 	c.t.Helper()
-	skip := true
-	mgr, err := ctrl.NewManager(c.cfg, ctrl.Options{Scheme: c.k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip}})
-	if err == nil {
-		err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(),
-			Recorder: mgr.GetEventRecorder("subflow-controller")}).SetupWithManager(mgr)
-	}
+	stop, err := testenv.StartController(c.cfg, testenv.ControllerOptions{})
 	if err != nil {
 		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
 	}
 	c.t.Cleanup(stop)
 	return stop

@@ -38,6 +38,10 @@ func TestShortRun(t *testing.T) {
 	if rep.Failed() {
 		t.Fatalf("invariants violated with seed %d: %v", seed, rep.ViolationCounts)
 	}
+	if rep.SidecarPods == 0 || rep.SidecarDeliveries == 0 || rep.SidecarGated == 0 || rep.SidecarResumed == 0 || rep.SidecarFlowsChecked == 0 {
+		t.Fatalf("the sidecar pods were not exercised: %d pods, %d deliveries, paused or stopped %d times, resumed %d times, %d FLOWs checked",
+			rep.SidecarPods, rep.SidecarDeliveries, rep.SidecarGated, rep.SidecarResumed, rep.SidecarFlowsChecked)
+	}
 }
 
 func sum(m map[string]int) int {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/agent/sidecar"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/wirerec"
@@ -243,10 +244,12 @@ func (w *world) awaitSeek(ctx context.Context, name, id string, bound time.Durat
 
 // checkFlows checks the FLOWs the consumers sent, as the wire recorder saw them: after a pause
 // took effect (plus flowGrace) a consumer sends no FLOW, except the initial grant of a
-// re-subscribe after a reconnect; after a stop, none at all. A FLOW sent after its
-// subscription's CLOSE_CONSUMER is left out: the broker ignores it.
+// re-subscribe after a reconnect, and with chunked messages the README's bound for agents and
+// single permits up to sidecar.MaxChunkGrants per pause for sidecars; after a stop, none at
+// all. A FLOW sent after its subscription's CLOSE_CONSUMER is left out: the broker ignores it.
 func (w *world) checkFlows(rep *Report) {
 	chunkPermits := map[pausedSpan]uint32{}
+	sidecarChunkGrants := map[pausedSpan]int{}
 	for _, g := range w.groups {
 		for _, topic := range g.topics {
 			for _, f := range w.wire.Flows(wirerec.Filter{Topic: w.root + topic, Subscription: g.subscription}) {
@@ -254,20 +257,27 @@ func (w *world) checkFlows(rep *Report) {
 					continue
 				}
 				rep.FlowsChecked++
-				iv, tc, ok := w.mon.stateAt(f.Consumer.Name, f.Time)
+				iv, life, ok := w.mon.stateAt(f.Consumer.Name, f.Consumer.Topic, f.Time)
+				if ok && life.sidecar {
+					rep.SidecarFlowsChecked++
+				}
 				if !ok || iv.state == protocol.Running || f.Time.Before(iv.from.Add(flowGrace)) {
 					continue
 				}
 				rep.FlowsWhileGated++
-				if g.chunked && iv.state == protocol.Paused {
+				if g.chunked && iv.state == protocol.Paused && !life.sidecar {
 					chunkPermits[pausedSpan{f.Consumer.Name, iv}] += f.Permits // checked against the bound below
 					continue
 				}
-				if w.flowAllowed(g, iv, tc, f.Time, f.Permits) {
+				if g.chunked && iv.state == protocol.Paused && f.Permits == 1 {
+					sidecarChunkGrants[pausedSpan{f.Consumer.Name, iv}]++ // the sidecar completing a begun chunked message
 					continue
 				}
-				w.violateAt("flow-permits", fmt.Sprintf("FLOW(%d) from %s on %s, %s after it became %s (grant %d)",
-					f.Permits, f.Consumer.Name, f.Consumer.Topic, f.Time.Sub(iv.from).Round(time.Millisecond), iv.state, tc.group.grant()), f.Time)
+				if w.flowAllowed(g, iv, life, f.Time, f.Permits) {
+					continue
+				}
+				w.violateAt("flow-permits", fmt.Sprintf("FLOW(%d) from %s on %s, %s after it became %s (grant %d, sidecar %v)",
+					f.Permits, f.Consumer.Name, f.Consumer.Topic, f.Time.Sub(iv.from).Round(time.Millisecond), iv.state, life.group.grant(), life.sidecar), f.Time)
 			}
 		}
 	}
@@ -275,6 +285,12 @@ func (w *world) checkFlows(rep *Report) {
 		if bound := chunkedPauseBound(span.iv, w.cfg.Converge); permits > bound {
 			w.violateAt("flow-permits", fmt.Sprintf("%d FLOW permits from %s while paused from %s for %s: more than the chunked bound %d",
 				permits, span.consumer, span.iv.from.Format(time.RFC3339Nano), span.iv.to.Sub(span.iv.from).Round(time.Millisecond), bound), span.iv.from)
+		}
+	}
+	for span, grants := range sidecarChunkGrants {
+		if grants > sidecar.MaxChunkGrants {
+			w.violateAt("flow-permits", fmt.Sprintf("%d single-permit FLOWs from sidecar consumer %s while paused from %s: more than the %d a pause grants to complete chunked messages",
+				grants, span.consumer, span.iv.from.Format(time.RFC3339Nano), sidecar.MaxChunkGrants), span.iv.from)
 		}
 	}
 	if err := w.wire.Check(); err != nil {
@@ -313,15 +329,22 @@ const subscribeBound = 10 * time.Second
 // iv.from (plus flowGrace). A transition happens before its state is recorded, so the end of
 // the interval belongs to the next state: a resume may return permits in its last flowGrace,
 // and a stopped consumer sends its initial grant when it subscribes again. Otherwise only the
-// initial grant of a re-subscribe after a reconnect may come while paused.
-func (w *world) flowAllowed(g *group, iv interval, tc *trackedConsumer, t time.Time, permits uint32) bool {
+// initial grant of a re-subscribe after a reconnect may come while paused. A sidecar forwards
+// no FLOW at all while not Running: leaving Stopped it subscribes again and then grants what
+// the client is owed (any number), and a client's re-subscribe meets the rules' state first.
+func (w *world) flowAllowed(g *group, iv interval, life *consumerLife, t time.Time, permits uint32) bool {
 	ending := func(d time.Duration) bool { return !iv.to.IsZero() && !t.Before(iv.to.Add(-d)) }
-	switch iv.state {
-	case protocol.Stopped:
-		return permits == tc.group.grant() && ending(subscribeBound)
-	case protocol.Paused:
+	grant := life.group.grant()
+	switch {
+	case iv.state == protocol.Stopped && life.sidecar:
+		return ending(subscribeBound)
+	case iv.state == protocol.Stopped:
+		return permits == grant && ending(subscribeBound)
+	case iv.state == protocol.Paused && life.sidecar:
+		return ending(flowGrace)
+	case iv.state == protocol.Paused:
 		return ending(flowGrace) ||
-			(permits == tc.group.grant() && w.reconnectBetween(g.subscription, iv.from.Add(-flowGrace), t))
+			(permits == grant && w.reconnectBetween(g.subscription, iv.from.Add(-flowGrace), t))
 	}
 	return true
 }

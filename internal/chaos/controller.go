@@ -54,7 +54,7 @@ func (cs *controllerSet) start(leaderElection bool) (*replica, error) {
 	skip := true
 	lease, renew, retry := 3*time.Second, 2*time.Second, 500*time.Millisecond
 	mgr, err := ctrl.NewManager(cs.cfg, ctrl.Options{Scheme: cs.scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: controllers.ClientOptions(), Controller: config.Controller{SkipNameValidation: &skip},
+		Client: controllers.ClientOptions(), Cache: controllers.CacheOptions(), Controller: config.Controller{SkipNameValidation: &skip},
 		LeaderElection: leaderElection, LeaderElectionID: "subflow-chaos", LeaderElectionNamespace: leaseNamespace,
 		LeaseDuration: &lease, RenewDeadline: &renew, RetryPeriod: &retry})
 	if err != nil {

@@ -14,12 +14,18 @@ type interval struct {
 	from, to time.Time // to is zero while it lasts
 }
 
-// consumerLife is the state history of one consumer (one name: one process's consumer).
+// consumerLife is the state history of one consumer (one name: one process's consumer). A
+// sidecar reports each partition or topic of a consumer on its own: one life each.
 type consumerLife struct {
-	tc        *trackedConsumer
+	group     *group
+	sidecar   bool
+	proc      *agentProcess
 	intervals []interval
 	ended     time.Time
 }
+
+// sidecarLifeKey names the life of a sidecar consumer's partition or topic.
+func sidecarLifeKey(name, topic string) string { return name + "\x00" + topic }
 
 // monitor samples every consumer's reported state to keep its history, for the FLOW check:
 // a state that lasted less than a sample period may be missed, never invented.
@@ -67,7 +73,7 @@ func (m *monitor) watch(proc *agentProcess) {
 	defer m.mu.Unlock()
 	m.procs[proc] = true
 	for _, tc := range proc.consumers {
-		m.lives[tc.name] = &consumerLife{tc: tc}
+		m.lives[tc.name] = &consumerLife{group: tc.group, proc: proc}
 	}
 }
 
@@ -78,8 +84,8 @@ func (m *monitor) forget(proc *agentProcess) {
 	defer m.mu.Unlock()
 	delete(m.procs, proc)
 	now := time.Now()
-	for _, tc := range proc.consumers {
-		if life := m.lives[tc.name]; life != nil {
+	for _, life := range m.lives {
+		if life.proc == proc && life.ended.IsZero() {
 			life.ended = now
 			if n := len(life.intervals); n > 0 && life.intervals[n-1].to.IsZero() {
 				life.intervals[n-1].to = now
@@ -93,28 +99,56 @@ func (m *monitor) sample() {
 	defer m.mu.Unlock()
 	for proc := range m.procs {
 		for _, tc := range proc.consumers {
-			life := m.lives[tc.name]
-			if life == nil || !life.ended.IsZero() {
-				continue
+			if life := m.lives[tc.name]; life != nil && life.ended.IsZero() {
+				life.observe(tc.c.Status())
 			}
-			st := tc.c.Status()
-			n := len(life.intervals)
-			if n > 0 && life.intervals[n-1].state == st.State && life.intervals[n-1].from.Equal(st.Since) {
-				continue
-			}
-			if n > 0 {
-				life.intervals[n-1].to = st.Since
-			}
-			life.intervals = append(life.intervals, interval{state: st.State, from: st.Since})
+		}
+		if proc.sidecar != nil {
+			m.sampleSidecar(proc)
 		}
 	}
 }
 
-// stateAt returns the interval of the named consumer that contains t, if one was observed.
-func (m *monitor) stateAt(name string, t time.Time) (interval, *trackedConsumer, bool) {
+// sampleSidecar follows the sidecar's consumers, which come and go with the client's
+// connections. A consumer whose connection ended still reports its last Since (as
+// Stopped) and a new connection's consumer starts a later one, so only a later Since is a
+// new state.
+func (m *monitor) sampleSidecar(proc *agentProcess) {
+	for _, c := range proc.sidecar.Consumers() {
+		key := sidecarLifeKey(c.Name(), c.Topic())
+		life := m.lives[key]
+		if life == nil {
+			life = &consumerLife{group: proc.group, sidecar: true, proc: proc}
+			m.lives[key] = life
+		}
+		st := c.Status()
+		if n := len(life.intervals); life.ended.IsZero() && (n == 0 || st.Since.After(life.intervals[n-1].from)) {
+			life.observe(st)
+		}
+	}
+}
+
+// observe records the consumer's reported state when it is a new one.
+func (life *consumerLife) observe(st protocol.ConsumerStatus) {
+	n := len(life.intervals)
+	if n > 0 && life.intervals[n-1].state == st.State && life.intervals[n-1].from.Equal(st.Since) {
+		return
+	}
+	if n > 0 {
+		life.intervals[n-1].to = st.Since
+	}
+	life.intervals = append(life.intervals, interval{state: st.State, from: st.Since})
+}
+
+// stateAt returns the interval of the named consumer (of a sidecar: its partition or topic)
+// that contains t, if one was observed.
+func (m *monitor) stateAt(name, topic string, t time.Time) (interval, *consumerLife, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	life := m.lives[name]
+	if life == nil {
+		life = m.lives[sidecarLifeKey(name, topic)]
+	}
 	if life == nil {
 		return interval{}, nil, false
 	}
@@ -123,11 +157,32 @@ func (m *monitor) stateAt(name string, t time.Time) (interval, *trackedConsumer,
 		i--
 	}
 	if i < 0 {
-		return interval{}, life.tc, false
+		return interval{}, life, false
 	}
 	iv := life.intervals[i]
 	if !iv.to.IsZero() && !t.Before(iv.to) {
-		return interval{}, life.tc, false
+		return interval{}, life, false
 	}
-	return iv, life.tc, true
+	return iv, life, true
+}
+
+// sidecarSummary counts what the sidecar consumers went through: lives, the Paused or
+// Stopped intervals they reported and the Running ones that followed such an interval.
+func (m *monitor) sidecarSummary() (lives, gated, resumed int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, life := range m.lives {
+		if !life.sidecar {
+			continue
+		}
+		lives++
+		for i, iv := range life.intervals {
+			if iv.state != protocol.Running {
+				gated++
+			} else if i > 0 && life.intervals[i-1].state != protocol.Running {
+				resumed++
+			}
+		}
+	}
+	return lives, gated, resumed
 }

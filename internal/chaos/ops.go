@@ -218,7 +218,7 @@ func (e *engine) apply(ctx context.Context, i int, kind string) (string, error) 
 	case opRelabel:
 		return e.relabel(ctx, a, b%2 == 0)
 	case opPodCreate:
-		return e.podCreate(ctx, g)
+		return e.podCreate(ctx, g, a%sidecarShare == 0) // a sidecar pod where the group allows it
 	case opPodDelete:
 		return e.podDelete(ctx, a)
 	case opPodTerminate:
@@ -495,11 +495,11 @@ func (e *engine) relabel(ctx context.Context, n int, idle bool) (string, error) 
 	return fmt.Sprintf("%s %v", p.name, change), e.w.labelPod(ctx, p, change)
 }
 
-func (e *engine) podCreate(ctx context.Context, g *group) (string, error) {
+func (e *engine) podCreate(ctx context.Context, g *group, sidecar bool) (string, error) {
 	if e.w.podsOf(g) >= maxPodsPerGroup {
 		return g.name + ": group full", nil
 	}
-	p, err := e.w.createPod(ctx, g)
+	p, err := e.w.createPod(ctx, g, sidecar)
 	if err != nil {
 		return g.name, err
 	}

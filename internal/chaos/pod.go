@@ -15,6 +15,7 @@ import (
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/agent/sidecar"
 )
 
 // group is one kind of consumer application: its pods share a subscription and a flow.
@@ -62,10 +63,11 @@ func (g *group) grant() uint32 {
 // simPod is a simulated pod: a stable agent address (the Pod object's port) in front of the
 // current agent process, which restarts with fresh state.
 type simPod struct {
-	name   string
-	group  *group
-	serial int
-	proxy  *agentProxy
+	name    string
+	group   *group
+	serial  int
+	sidecar bool // a sidecar pod: the application's client goes through a protocol sidecar
+	proxy   *agentProxy
 
 	mu       sync.Mutex
 	proc     *agentProcess
@@ -73,12 +75,16 @@ type simPod struct {
 }
 
 // agentProcess is one life of a pod's application: agent, control server, consumers, apps.
+// In a sidecar pod it is the sidecar with its admin agent and the application behind it.
 type agentProcess struct {
 	id        int
-	agent     *agent.Agent
+	group     *group
+	agent     *agent.Agent // a sidecar pod's has no consumers: it makes the admin calls
 	client    pulsar.Client
 	admin     *adminProxy
 	consumers []*trackedConsumer
+	sidecar   *sidecar.Sidecar // nil in an agent pod
+	apps      []*sidecarApp
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 }
@@ -101,6 +107,9 @@ type processEnv struct {
 	onReset           func(resetRecord)
 	onViolation       func(kind, detail string)
 	gatedReceives     *atomic.Int64 // messages a Receive called while gated returned
+	sidecarDeliveries *atomic.Int64 // messages the applications of sidecar pods received
+	sidecarGated      *atomic.Int64 // of gatedReceives, those of sidecar pods
+	sidecarLeaked     *atomic.Int64 // of those, handed over while the state held (within the bound)
 	adminRedirects    *atomic.Int64 // 307s to the owner's admin URL, rewritten to the proxy
 	nextInstance      func() int
 }
@@ -111,12 +120,15 @@ func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.sidecar {
+		return startSidecar(env, p, id, admin)
+	}
 	a, err := agent.New(agent.Options{Name: p.name, AdminURL: admin.url(), StartGated: true, SyncTimeout: 3 * time.Second})
 	if err != nil {
 		admin.close()
 		return nil, err
 	}
-	proc := &agentProcess{id: id, agent: a, admin: admin}
+	proc := &agentProcess{id: id, group: p.group, agent: a, admin: admin}
 	srv, err := control.New(a, control.Options{Token: env.token, SeekTimeout: 30 * time.Second})
 	if err == nil {
 		var ln net.Listener
@@ -138,6 +150,20 @@ func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
 	if err != nil {
 		proc.stop()
 		return nil, fmt.Errorf("pod %s: %w", p.name, err)
+	}
+	return proc, nil
+}
+
+func startSidecar(env processEnv, p *simPod, id int, admin *adminProxy) (*agentProcess, error) {
+	a, err := newAdminAgent(p.name, admin.url())
+	if err != nil {
+		admin.close()
+		return nil, err
+	}
+	proc := &agentProcess{id: id, group: p.group, agent: a, admin: admin}
+	if err := startSidecarProcess(env, p, proc); err != nil {
+		proc.stop()
+		return nil, fmt.Errorf("sidecar pod %s: %w", p.name, err)
 	}
 	return proc, nil
 }
@@ -236,6 +262,9 @@ func handedWhileGated(c gateView, before protocol.ConsumerStatus) bool {
 func (proc *agentProcess) stop() {
 	for _, tc := range proc.consumers {
 		tc.c.Close()
+	}
+	for _, app := range proc.apps {
+		app.close()
 	}
 	if proc.cancel != nil {
 		proc.cancel()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -77,6 +78,13 @@ type Report struct {
 	GoroutineGrowth                 string // the functions whose goroutines grew most
 	HeapStartMiB, HeapEndMiB        float64
 	ControllerReplicas, AgentStarts int
+	// Sidecar pods: created, their consumers' lives (one per partition or topic), the Paused
+	// or Stopped intervals they reported and the Running ones after such an interval; the
+	// messages their applications received, of them the receives that began gated and those
+	// handed over while that state held (within sidecarLeakBound); the FLOWs checked of them.
+	SidecarPods, SidecarLives, SidecarGated, SidecarResumed int
+	SidecarDeliveries, SidecarGatedReceives, SidecarLeaked  int64
+	SidecarFlowsChecked                                     int
 }
 
 // Failed reports whether any invariant was violated.
@@ -113,6 +121,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.GatedReceives = w.gatedReceives.Load()
 	rep.Produced, rep.Deliveries, rep.Distinct = w.ledger.totals()
 	rep.ControllerReplicas, rep.AgentStarts = w.ctrls.nextID, int(w.instances.Load())
+	rep.SidecarPods, rep.SidecarDeliveries, rep.SidecarGatedReceives = w.sidecarPods, w.sidecarDeliveries.Load(), w.sidecarGated.Load()
+	rep.SidecarLeaked = w.sidecarLeaked.Load()
+	rep.SidecarLives, rep.SidecarGated, rep.SidecarResumed = w.mon.sidecarSummary()
 	w.mu.Lock()
 	rep.Violations = slices.Clone(w.violations)
 	rep.ViolationCounts = maps.Clone(w.count)
@@ -133,14 +144,15 @@ func runPhases(ctx context.Context, w *world, e *engine, rep *Report) error {
 	if err := w.awaitTopics(ctx); err != nil {
 		return err
 	}
+	kinds := initialKinds(cfg.Seed, w.groups, cfg.Pods)
 	for i := range cfg.Pods {
-		if _, err := w.createPod(ctx, w.groups[i%len(w.groups)]); err != nil {
+		if _, err := w.createPod(ctx, w.groups[i%len(w.groups)], kinds[i]); err != nil {
 			return err
 		}
 	}
-	initial := map[*group]int{}
+	initial := map[podShape]int{}
 	for _, p := range w.pods {
-		initial[p.group]++
+		initial[podShape{p.group, p.sidecar}]++
 	}
 	w.mon.run()
 	defer w.mon.stop()
@@ -243,9 +255,30 @@ func (w *world) awaitTopics(ctx context.Context) error {
 	}
 }
 
+// initialKinds draws which of the first pods are sidecar pods, from a source of their own so
+// that the operations drawn for a seed stay those of runs without sidecar pods: one in
+// sidecarShare of the pods whose group allows it, and at least one in a run of four or more.
+func initialKinds(seed uint64, groups []*group, pods int) []bool {
+	rng := rand.New(rand.NewPCG(seed^0x5eed5ce0, seed))
+	kinds := make([]bool, pods)
+	var eligible []int
+	drawn := false
+	for i := range kinds {
+		if g := groups[i%len(groups)]; sidecarEligible(g) {
+			eligible = append(eligible, i)
+			kinds[i] = rng.IntN(sidecarShare) == 0
+			drawn = drawn || kinds[i]
+		}
+	}
+	if !drawn && pods >= sidecarShare && len(eligible) > 0 {
+		kinds[eligible[rng.IntN(len(eligible))]] = true
+	}
+	return kinds
+}
+
 // normalize brings everything to Running: spec state, no windows, no override, the wide
-// selector, every pod labelled in, and at least the initial number of pods per kind.
-func (w *world) normalize(ctx context.Context, initial map[*group]int) error {
+// selector, every pod labelled in, and at least the initial number of pods per group and kind.
+func (w *world) normalize(ctx context.Context, initial map[podShape]int) error {
 	for _, g := range w.groups {
 		patch := map[string]any{
 			"metadata": map[string]any{"annotations": map[string]any{
@@ -256,9 +289,11 @@ func (w *world) normalize(ctx context.Context, initial map[*group]int) error {
 		if err := (&engine{w: w}).patchFlow(ctx, g, patch); err != nil {
 			return err
 		}
-		for w.podsOf(g) < initial[g] {
-			if _, err := w.createPod(ctx, g); err != nil {
-				return err
+		for _, sc := range []bool{false, true} {
+			for shape := (podShape{g, sc}); w.podsOfShape(shape) < initial[shape]; {
+				if _, err := w.createPod(ctx, g, sc); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -270,20 +305,17 @@ func (w *world) normalize(ctx context.Context, initial map[*group]int) error {
 	return nil
 }
 
-// trimPods deletes the pods beyond the initial number per kind, so that the last checkpoint
-// measures the same shape as the first.
-func (w *world) trimPods(ctx context.Context, initial map[*group]int) error {
+// trimPods deletes the pods beyond the initial number per group and kind, so that the last
+// checkpoint measures the same shape as the first.
+func (w *world) trimPods(ctx context.Context, initial map[podShape]int) error {
 	for _, g := range w.groups {
-		for w.podsOf(g) > initial[g] {
-			var victim *simPod
-			for _, p := range w.pods {
-				if p.group == g {
-					victim = p
-					break
+		for _, sc := range []bool{false, true} {
+			shape := podShape{g, sc}
+			for w.podsOfShape(shape) > initial[shape] {
+				i := slices.IndexFunc(w.pods, func(p *simPod) bool { return p.group == g && p.sidecar == sc })
+				if err := w.deletePod(ctx, w.pods[i]); err != nil {
+					return err
 				}
-			}
-			if err := w.deletePod(ctx, victim); err != nil {
-				return err
 			}
 		}
 	}
@@ -383,6 +415,8 @@ func (r *Report) print(out io.Writer) {
 		r.Converge.Round(time.Millisecond), r.FinalConverge.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(out, "goroutines %d -> %d, heap %.1f -> %.1f MiB, controller replicas %d, agent processes %d\n",
 		r.GoroutinesStart, r.GoroutinesEnd, r.HeapStartMiB, r.HeapEndMiB, r.ControllerReplicas, r.AgentStarts)
+	fmt.Fprintf(out, "sidecar pods %d: consumers %d, Paused or Stopped %d times, resumed %d times, deliveries %d (receives that began gated %d, %d of them within the leak bound), FLOWs on the wire %d\n",
+		r.SidecarPods, r.SidecarLives, r.SidecarGated, r.SidecarResumed, r.SidecarDeliveries, r.SidecarGatedReceives, r.SidecarLeaked, r.SidecarFlowsChecked)
 	if r.GoroutineGrowth != "" {
 		fmt.Fprintf(out, "goroutines grown since the start: %s\n", r.GoroutineGrowth)
 	}

@@ -177,7 +177,7 @@ func TestHandedWhileGated(t *testing.T) {
 func TestFlowAllowed(t *testing.T) {
 	w := &world{count: map[string]int{}}
 	g := &group{subscription: "s", consumer: consumerWithQueue(50)}
-	tc := &trackedConsumer{group: g}
+	agentLife, sidecarLife := &consumerLife{group: g}, &consumerLife{group: g, sidecar: true}
 	t0 := time.Now()
 	open := interval{state: protocol.Paused, from: t0}
 	ended := interval{state: protocol.Paused, from: t0, to: t0.Add(10 * time.Second)}
@@ -190,23 +190,53 @@ func TestFlowAllowed(t *testing.T) {
 		permits uint32
 		event   time.Duration // a broker fault at t0+event; negative means none
 		want    bool
+		sidecar bool
 	}{
-		{"permit return while paused", open, at(5 * time.Second), 25, -1, false},
-		{"initial grant without a reconnect", open, at(5 * time.Second), 50, -1, false},
-		{"initial grant after a reconnect", open, at(5 * time.Second), 50, 4 * time.Second, true},
-		{"return after a reconnect", open, at(5 * time.Second), 25, 4 * time.Second, false},
-		{"return as the resume happens", ended, at(9 * time.Second), 25, -1, true},
-		{"grant while stopped", stopped, at(5 * time.Second), 50, -1, false},
-		{"grant of the subscribe leaving stopped", stopped, at(25 * time.Second), 50, -1, true},
-		{"return while stopped", stopped, at(29 * time.Second), 25, -1, false},
+		{"permit return while paused", open, at(5 * time.Second), 25, -1, false, false},
+		{"initial grant without a reconnect", open, at(5 * time.Second), 50, -1, false, false},
+		{"initial grant after a reconnect", open, at(5 * time.Second), 50, 4 * time.Second, true, false},
+		{"return after a reconnect", open, at(5 * time.Second), 25, 4 * time.Second, false, false},
+		{"return as the resume happens", ended, at(9 * time.Second), 25, -1, true, false},
+		{"grant while stopped", stopped, at(5 * time.Second), 50, -1, false, false},
+		{"grant of the subscribe leaving stopped", stopped, at(25 * time.Second), 50, -1, true, false},
+		{"return while stopped", stopped, at(29 * time.Second), 25, -1, false, false},
+		// A sidecar withholds every FLOW while not Running, re-subscribes included.
+		{"sidecar: grant after a reconnect", open, at(5 * time.Second), 50, 4 * time.Second, false, true},
+		{"sidecar: owed permits as the resume happens", ended, at(9 * time.Second), 25, -1, true, true},
+		{"sidecar: owed permits leaving stopped", stopped, at(25 * time.Second), 25, -1, true, true},
+		{"sidecar: grant while stopped", stopped, at(5 * time.Second), 50, -1, false, true},
 	}
 	for _, c := range cases {
 		w.events = nil
 		if c.event >= 0 {
 			w.events = []time.Time{t0.Add(c.event)}
 		}
-		if got := w.flowAllowed(g, c.iv, tc, c.t, c.permits); got != c.want {
+		life := agentLife
+		if c.sidecar {
+			life = sidecarLife
+		}
+		if got := w.flowAllowed(g, c.iv, life, c.t, c.permits); got != c.want {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The first pods' kinds come from the seed: the same seed draws the same kinds, a run of four
+// pods or more has a sidecar pod, and no pod of a group the sidecar cannot gate is one.
+func TestInitialKindsBySeed(t *testing.T) {
+	groups := newGroups("persistent://t/n/")
+	for seed := range uint64(50) {
+		kinds := initialKinds(seed, groups, 10)
+		if !slices.Equal(kinds, initialKinds(seed, groups, 10)) {
+			t.Fatalf("seed %d drew different kinds twice", seed)
+		}
+		if !slices.Contains(kinds, true) {
+			t.Errorf("seed %d: no sidecar pod among 10", seed)
+		}
+		for i, sc := range kinds {
+			if sc && !sidecarEligible(groups[i%len(groups)]) {
+				t.Errorf("seed %d: pod %d of group %s is a sidecar pod", seed, i, groups[i%len(groups)].name)
+			}
 		}
 	}
 }

@@ -99,9 +99,13 @@ type world struct {
 	producers producers
 	start     time.Time
 
-	instances      atomic.Int64
-	gatedReceives  atomic.Int64
-	adminRedirects atomic.Int64
+	instances         atomic.Int64
+	gatedReceives     atomic.Int64
+	sidecarDeliveries atomic.Int64
+	sidecarGated      atomic.Int64
+	sidecarLeaked     atomic.Int64
+	sidecarPods       int // sidecar pods created
+	adminRedirects    atomic.Int64
 
 	goroutinesAtStart map[string]int
 	podSerial         int
@@ -196,7 +200,7 @@ func (w *world) close() {
 
 func (w *world) processEnv() processEnv {
 	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: w.broker.adminURLs(), token: agentToken,
-		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, adminRedirects: &w.adminRedirects,
+		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, sidecarDeliveries: &w.sidecarDeliveries, sidecarGated: &w.sidecarGated, sidecarLeaked: &w.sidecarLeaked, adminRedirects: &w.adminRedirects,
 		nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
 
@@ -214,9 +218,13 @@ func (w *world) reconnectEvent() {
 }
 
 // createPod starts a pod's process and registers its Pod object, as a kubelet would report it.
-func (w *world) createPod(ctx context.Context, g *group) (*simPod, error) {
+func (w *world) createPod(ctx context.Context, g *group, sidecar bool) (*simPod, error) {
 	w.podSerial++
-	p := &simPod{name: fmt.Sprintf("%s-%d", g.name, w.podSerial), group: g, serial: w.podSerial}
+	p := &simPod{name: fmt.Sprintf("%s-%d", g.name, w.podSerial), group: g, serial: w.podSerial, sidecar: sidecar && sidecarEligible(g)}
+	if p.sidecar {
+		p.name = fmt.Sprintf("%s-sc-%d", g.name, w.podSerial)
+		w.sidecarPods++
+	}
 	var err error
 	if p.proxy, err = newAgentProxy(); err != nil {
 		return nil, err
@@ -232,21 +240,32 @@ func (w *world) createPod(ctx context.Context, g *group) (*simPod, error) {
 	}
 	obj := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.name, Labels: map[string]string{appLabel: g.name, tierLabel: tier}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "chaos-consumer",
-			Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(p.proxy.port())}}}}},
+		Spec:       corev1.PodSpec{Containers: podContainers(p)},
 	}
 	if err := w.k8s.Create(ctx, obj); err != nil {
 		p.stop()
 		return nil, err
 	}
-	obj.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
-		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, Image: "chaos-consumer"}}}
+	obj.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+	for _, c := range obj.Spec.Containers {
+		obj.Status.ContainerStatuses = append(obj.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Ready: true, Image: c.Image})
+	}
 	if err := w.k8s.Status().Update(ctx, obj); err != nil {
 		p.stop()
 		return nil, err
 	}
 	w.pods = append(w.pods, p)
 	return p, nil
+}
+
+// podContainers are the application with the agent linked in, or the application and the
+// sidecar container that serves the control port.
+func podContainers(p *simPod) []corev1.Container {
+	port := []corev1.ContainerPort{{Name: "subflow", ContainerPort: int32(p.proxy.port())}}
+	if !p.sidecar {
+		return []corev1.Container{{Name: "app", Image: "chaos-consumer", Ports: port}}
+	}
+	return []corev1.Container{{Name: "app", Image: "chaos-consumer"}, {Name: "subflow-sidecar", Image: "subflow-sidecar", Ports: port}}
 }
 
 // deletePod deletes the Pod object, then ends its process, as a kubelet does on deletion.
@@ -499,6 +518,22 @@ func (w *world) podsOf(g *group) int {
 	n := 0
 	for _, p := range w.pods {
 		if p.group == g {
+			n++
+		}
+	}
+	return n
+}
+
+// podShape is a group and a pod kind: the run ends with as many pods of each as it began.
+type podShape struct {
+	group   *group
+	sidecar bool
+}
+
+func (w *world) podsOfShape(s podShape) int {
+	n := 0
+	for _, p := range w.pods {
+		if p.group == s.group && p.sidecar == s.sidecar {
 			n++
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // Environment knobs, for finding where the time goes; make bench sets none of them.
@@ -221,21 +221,21 @@ func safe(name string) string {
 func report(b *testing.B, vs []variant, got map[string]*samples, withPer bool) {
 	for _, v := range vs {
 		s := got[v.name]
-		b.ReportMetric(ms(percentile(s.all, 50)), v.unit("all-p50-ms"))
-		b.ReportMetric(ms(percentile(s.all, 99)), v.unit("all-p99-ms"))
+		b.ReportMetric(testkit.Millis(testkit.Percentile(s.all, 50)), v.unit("all-p50-ms"))
+		b.ReportMetric(testkit.Millis(testkit.Percentile(s.all, 99)), v.unit("all-p99-ms"))
 		b.ReportMetric(float64(len(s.all)), v.unit("rounds"))
 		if len(s.patched) > 0 {
-			b.ReportMetric(ms(percentile(s.patched, 50)), v.unit("patched-p50-ms"))
-			b.ReportMetric(ms(percentile(s.patched, 99)), v.unit("patched-p99-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.patched, 50)), v.unit("patched-p50-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.patched, 99)), v.unit("patched-p99-ms"))
 		}
 		if len(s.lags) > 0 {
-			b.ReportMetric(ms(percentile(s.lags, 50)), v.unit("flow-lag-p50-ms"))
-			b.ReportMetric(ms(percentile(s.lags, 99)), v.unit("flow-lag-p99-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.lags, 50)), v.unit("flow-lag-p50-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.lags, 99)), v.unit("flow-lag-p99-ms"))
 			b.ReportMetric(float64(len(s.lags)), v.unit("flow-lag-samples"))
 		}
 		if withPer {
-			b.ReportMetric(ms(percentile(s.per, 50)), v.unit("agent-p50-ms"))
-			b.ReportMetric(ms(percentile(s.per, 99)), v.unit("agent-p99-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.per, 50)), v.unit("agent-p50-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.per, 99)), v.unit("agent-p99-ms"))
 			b.ReportMetric(float64(len(s.per)), v.unit("agent-samples"))
 		}
 		reportTime(b, v, s)
@@ -288,18 +288,6 @@ func reportPhases(b *testing.B, v variant, d Metrics) {
 		b.ReportMetric(mean, v.unit("phase-"+phase+"-ms"))
 	}
 }
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	sorted := append([]time.Duration(nil), ds...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	rank := (len(sorted)*p + 99) / 100 // nearest rank: the p99 of 5 samples is the largest
-	return sorted[max(rank, 1)-1]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // patchRound pauses every flow by patching spec.state, measures until every healthy agent was
 // told Paused, then resumes (untimed) and waits for the controller to settle, so that every
@@ -433,8 +421,8 @@ func BenchmarkFleetResync(b *testing.B) {
 			b.StopTimer()
 			report(b, vs, got, true)
 			for _, v := range vs {
-				b.ReportMetric(ms(percentile(fromStart[v.name], 50)), v.unit("from-start-p50-ms"))
-				b.ReportMetric(ms(percentile(fromStart[v.name], 99)), v.unit("from-start-p99-ms"))
+				b.ReportMetric(testkit.Millis(testkit.Percentile(fromStart[v.name], 50)), v.unit("from-start-p50-ms"))
+				b.ReportMetric(testkit.Millis(testkit.Percentile(fromStart[v.name], 99)), v.unit("from-start-p99-ms"))
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // BenchmarkAPIFloor measures, without any controller, what the API server of these benchmarks
@@ -39,8 +40,8 @@ func BenchmarkAPIFloor(b *testing.B) {
 					})
 				}
 				b.StopTimer()
-				b.ReportMetric(ms(percentile(all, 50)), "all-p50-ms")
-				b.ReportMetric(ms(percentile(all, 99)), "all-p99-ms")
+				b.ReportMetric(testkit.Millis(testkit.Percentile(all, 50)), "all-p50-ms")
+				b.ReportMetric(testkit.Millis(testkit.Percentile(all, 99)), "all-p99-ms")
 				b.ReportMetric(float64(len(all)), "rounds")
 				for _, name := range []string{"apiserver", "etcd", "bench"} {
 					b.ReportMetric(w.cpuTimed["cpu:"+name]/float64(rounds), "cpu-"+name+"-s/round")

@@ -1,6 +1,8 @@
 // Package podsim runs a simulated consumer pod in-process: an agent with its control server on
 // loopback and a gated consumer that receives and acknowledges messages, counting what reaches
-// the application. Tests and the demo stand one up per Pod object.
+// the application; or, with Options.Sidecar, a plain pulsar-client-go application whose client
+// goes through a protocol sidecar serving the same control API. Tests, benchmarks and the demo
+// stand one up per Pod object.
 package podsim
 
 import (
@@ -8,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,6 +20,8 @@ import (
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/protocol"
+	"github.com/subflow-dev/subflow/agent/sidecar"
 )
 
 // Options describe one simulated pod.
@@ -43,6 +48,17 @@ type Options struct {
 	// Metrics, when set, receives the agent's metrics and is served on the control server's
 	// /metrics, as a real pod's agent serves its own; nil registers none.
 	Metrics *prometheus.Registry
+	// Sidecar makes it a sidecar pod: the application's own client (Client is ignored)
+	// reaches ServiceURL through an in-process agent/sidecar, whose control server is the
+	// pod's; StrictPause is the sidecar's strict mode.
+	Sidecar, StrictPause bool
+}
+
+// receiver is what the application consumes from: the agent's consumer, or the client's own
+// behind a sidecar.
+type receiver interface {
+	Receive(ctx context.Context) (pulsar.Message, error)
+	Ack(msg pulsar.Message) error
 }
 
 // Pod is a running simulated pod.
@@ -50,9 +66,12 @@ type Pod struct {
 	Name     string
 	Addr     string // host:port of the control server
 	Port     int
-	Agent    *agent.Agent
-	Consumer *agent.Consumer
+	Agent    *agent.Agent     // a sidecar pod's has no consumer: it makes the sidecar's admin calls
+	Consumer *agent.Consumer  // nil in a sidecar pod
+	Sidecar  *sidecar.Sidecar // nil in an agent pod
 
+	app        receiver
+	appClose   func()
 	client     pulsar.Client
 	ownsClient bool
 	processing time.Duration
@@ -68,7 +87,7 @@ func Start(opts Options) (*Pod, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated}
+	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated && !opts.Sidecar}
 	controlOpts := control.Options{Token: opts.Token, TokenFile: opts.TokenFile, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile}
 	if opts.Metrics != nil {
 		agentOpts.Registerer, controlOpts.Gatherer = opts.Metrics, opts.Metrics
@@ -77,29 +96,9 @@ func Start(opts Options) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := control.New(a, controlOpts)
-	if err != nil {
-		return nil, err
-	}
-	listener, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pod{Name: opts.Name, Addr: listener.Addr().String(), Port: listener.Addr().(*net.TCPAddr).Port, Agent: a, cancel: cancel,
-		processing: opts.ProcessingTime}
-	p.done.Add(1)
-	go func() { defer p.done.Done(); _ = srv.Serve(ctx, listener) }()
-
-	p.client, p.ownsClient = opts.Client, opts.Client == nil
-	if p.ownsClient {
-		p.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: opts.ServiceURL, Logger: log.DefaultNopLogger()})
-	}
-	if err == nil {
-		p.Consumer, err = a.Subscribe(p.client, pulsar.ConsumerOptions{Topic: opts.Topic, SubscriptionName: opts.Subscription,
-			Type: opts.Type, Name: opts.Name, ReceiverQueueSize: opts.ReceiverQueueSize})
-	}
-	if err != nil {
+	p := &Pod{Name: opts.Name, Agent: a, cancel: cancel, processing: opts.ProcessingTime}
+	if err := p.start(ctx, opts, controlOpts); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("pod %s: %w", opts.Name, err)
 	}
@@ -108,11 +107,82 @@ func Start(opts Options) (*Pod, error) {
 	return p, nil
 }
 
+// start serves the control API and subscribes the application, through the agent or the sidecar.
+func (p *Pod) start(ctx context.Context, opts Options, controlOpts control.Options) error {
+	host := control.Host(control.AgentHost(p.Agent))
+	if opts.Sidecar {
+		sc, err := sidecar.New(sidecar.Options{BrokerURL: opts.ServiceURL, ListenAddr: "127.0.0.1:0", Name: opts.Name,
+			StrictPause: opts.StrictPause, StartGated: opts.StartGated})
+		if err != nil {
+			return err
+		}
+		data, err := p.serve(ctx, "127.0.0.1:0", sc.Serve)
+		if err != nil {
+			return err
+		}
+		p.Sidecar, host = sc, sc.ControlHost(p.Agent)
+		opts.ServiceURL, opts.Client = "pulsar://"+data, nil
+	}
+	srv, err := control.NewForHost(host, controlOpts)
+	if err != nil {
+		return err
+	}
+	if p.Addr, err = p.serve(ctx, opts.Addr, srv.Serve); err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(p.Addr)
+	p.Port, _ = strconv.Atoi(port)
+	p.client, p.ownsClient = opts.Client, opts.Client == nil
+	if p.ownsClient {
+		if p.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: opts.ServiceURL, Logger: log.DefaultNopLogger()}); err != nil {
+			return err
+		}
+	}
+	consumerOpts := pulsar.ConsumerOptions{Topic: opts.Topic, SubscriptionName: opts.Subscription,
+		Type: opts.Type, Name: opts.Name, ReceiverQueueSize: opts.ReceiverQueueSize}
+	if opts.Sidecar {
+		c, err := p.client.Subscribe(consumerOpts)
+		if err != nil {
+			return err
+		}
+		p.app, p.appClose = c, c.Close
+		return nil
+	}
+	if p.Consumer, err = p.Agent.Subscribe(p.client, consumerOpts); err != nil {
+		return err
+	}
+	p.app, p.appClose = p.Consumer, p.Consumer.Close
+	return nil
+}
+
+// serve runs serve on a listener at addr until the pod closes and returns its address.
+func (p *Pod) serve(ctx context.Context, addr string, serve func(context.Context, net.Listener) error) (string, error) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	p.done.Add(1)
+	go func() { defer p.done.Done(); _ = serve(ctx, listener) }()
+	return listener.Addr().String(), nil
+}
+
+// Status is what the pod's agent or sidecar reports of the application's consumer (the first
+// one the sidecar saw subscribe, for a sidecar pod; zero before it has).
+func (p *Pod) Status() protocol.ConsumerStatus {
+	if p.Consumer != nil {
+		return p.Consumer.Status()
+	}
+	if consumers := p.Sidecar.Consumers(); len(consumers) > 0 {
+		return consumers[0].Status()
+	}
+	return protocol.ConsumerStatus{}
+}
+
 // consume is the application: receive, record, acknowledge.
 func (p *Pod) consume(ctx context.Context) {
 	defer p.done.Done()
 	for {
-		msg, err := p.Consumer.Receive(ctx)
+		msg, err := p.app.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, agent.ErrConsumerClosed) {
 				return
@@ -128,7 +198,7 @@ func (p *Pod) consume(ctx context.Context) {
 			case <-ctx.Done():
 			}
 		}
-		_ = p.Consumer.Ack(msg)
+		_ = p.app.Ack(msg)
 	}
 }
 
@@ -149,10 +219,10 @@ func (p *Pod) Payloads() []string {
 // Close stops consuming and serving, closes the consumer (unacked messages go back to the
 // broker) and the client. Like a process exit, it forgets everything the agent knew.
 func (p *Pod) Close() {
-	p.cancel()
-	if p.Consumer != nil {
-		p.Consumer.Close()
+	if p.appClose != nil {
+		p.appClose() // first: a sidecar pod's client closes its consumer through the sidecar
 	}
+	p.cancel()
 	p.done.Wait()
 	if p.client != nil && p.ownsClient {
 		p.client.Close()

@@ -265,7 +265,7 @@ func TestAdminUpdatePartitionedTopic(t *testing.T) {
 	}
 	mustDo(t, http.MethodPost, url, "2", http.StatusNoContent)
 	var meta struct{ Partitions int }
-	getJSON(t, url, &meta)
+	testkit.GetJSON(t, url, &meta)
 	if meta.Partitions != 2 {
 		t.Fatalf("partition metadata after the update: %+v", meta)
 	}

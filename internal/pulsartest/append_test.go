@@ -34,9 +34,9 @@ func TestAppendEntriesAreConsumedLikeProducedOnes(t *testing.T) {
 		cons.Ack(m)
 	}
 	var id messageIDJSON
-	getJSON(t, b.AdminURL()+topicPath("filled")+"/getMessageIdByIndex?index=61", &id)
+	testkit.GetJSON(t, b.AdminURL()+topicPath("filled")+"/getMessageIdByIndex?index=61", &id)
 	var st internalStatsJSON
-	getJSON(t, b.AdminURL()+topicPath("filled")+"/internalStats", &st)
+	testkit.GetJSON(t, b.AdminURL()+topicPath("filled")+"/internalStats", &st)
 	if len(st.Ledgers) != 3 || id.LedgerID != int64(st.Ledgers[1].LedgerID) || id.EntryID != 5 {
 		t.Fatalf("index 61 at %+v; ledgers %+v", id, st.Ledgers)
 	}

@@ -171,7 +171,7 @@ func TestClusterAdminCallToNonOwnerRedirectsToTheOwner(t *testing.T) {
 	}
 	// A client that follows redirects reaches the owner's answer.
 	var stats topicStatsJSON
-	getJSON(t, cl.Broker(0).AdminURL()+"/admin/v2/persistent/public/default/adm/stats", &stats)
+	testkit.GetJSON(t, cl.Broker(0).AdminURL()+"/admin/v2/persistent/public/default/adm/stats", &stats)
 	if stats.MsgInCounter != 3 {
 		t.Fatalf("stats through the redirect: %+v", stats)
 	}

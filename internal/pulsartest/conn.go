@@ -330,6 +330,32 @@ func (c *conn) producer(id uint64) *producer {
 	return c.producers[id]
 }
 
+// consumerOrNotFound is the consumer id names on this connection; when there is none it
+// answers reqID with ConsumerNotFound, as the broker does, and returns nil.
+func (c *conn) consumerOrNotFound(reqID, id uint64) *consumer {
+	cons := c.consumer(id)
+	if cons == nil {
+		c.sendError(reqID, pb.ServerError_ConsumerNotFound, "consumer not found")
+	}
+	return cons
+}
+
+// clientTopic parses the topic of a PRODUCER or SUBSCRIBE command and refuses a partitioned
+// topic itself (clients use its partitions), answering reqID with the error that says what
+// the client tried to do (verb, "produce to" or "subscribe to"); ok is false when it answered.
+func (c *conn) clientTopic(reqID uint64, topic, verb string) (tn topicName, ok bool) {
+	tn, err := parseTopic(topic)
+	if err != nil {
+		c.sendError(reqID, pb.ServerError_InvalidTopicName, err.Error())
+		return topicName{}, false
+	}
+	if c.b.partitionsOf(tn.full) > 0 {
+		c.sendError(reqID, pb.ServerError_InvalidTopicName, verb+" the partitions of a partitioned topic")
+		return topicName{}, false
+	}
+	return tn, true
+}
+
 // handleTopicsOfNamespace lists the namespace's topics for regex consumers:
 // non-partitioned topics and every partition of partitioned ones, unfiltered.
 func (c *conn) handleTopicsOfNamespace(req *pb.CommandGetTopicsOfNamespace) {

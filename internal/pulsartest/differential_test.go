@@ -247,10 +247,25 @@ func newRealTarget(t *testing.T, url, admin, version, run string) *diffTarget {
 
 func newDiffTarget(t *testing.T, name string, rec *wirerec.Proxy, admin string, b *Broker, run string) *diffTarget {
 	c := testkit.NewClient(t, rec.ServiceURL())
+	logWireOnFailure(t, rec)
 	return &diffTarget{
 		t: t, name: name, real: b == nil, rec: rec, adminURL: admin, client: c, broker: b,
 		suffix: run, ledgers: map[int64]string{},
 	}
+}
+
+// logWireOnFailure logs every frame the target's recorder saw when the
+// scenario fails, so a failure that does not reproduce can still be read.
+func logWireOnFailure(t *testing.T, rec *wirerec.Proxy) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, ev := range rec.Events(wirerec.Filter{}) {
+			t.Logf("wire %s conn %d %s %s consumer=%+v permits=%d messages=%d id=%+v error=%q",
+				ev.Time.Format("15:04:05.000"), ev.Conn, ev.Dir, ev.Type, ev.Consumer, ev.Permits, ev.Messages, ev.MessageID, ev.Error)
+		}
+	})
 }
 
 // topic is a short topic name unique to this run.

@@ -2,7 +2,6 @@ package pulsartest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -421,14 +420,14 @@ func TestRESTShapes(t *testing.T) {
 	base := b.AdminURL() + "/admin/v2/persistent/public/default/"
 
 	var raw map[string]any
-	getJSON(t, base+"rest/getMessageIdByIndex?index=7", &raw)
+	testkit.GetJSON(t, base+"rest/getMessageIdByIndex?index=7", &raw)
 	if raw["batchIndex"] != float64(-1) || raw["entryId"] != float64(1) {
 		t.Fatalf("getMessageIdByIndex answered %v", raw)
 	}
 	// Inside the first entry, but for its last index, Pulsar 4.2 answers -1:-1.
 	for index, want := range map[int]float64{0: -1, 3: -1, 4: 0} {
 		raw = nil
-		getJSON(t, base+"rest/getMessageIdByIndex?index="+strconv.Itoa(index), &raw)
+		testkit.GetJSON(t, base+"rest/getMessageIdByIndex?index="+strconv.Itoa(index), &raw)
 		if raw["ledgerId"] == nil || raw["entryId"] != want || (want == -1) != (raw["ledgerId"] == float64(-1)) {
 			t.Fatalf("getMessageIdByIndex?index=%d answered %v, want entry %v", index, raw, want)
 		}
@@ -479,23 +478,8 @@ func TestRESTShapes(t *testing.T) {
 func adminStats(t testing.TB, b *Broker, topic string) topicStatsJSON {
 	t.Helper()
 	var out topicStatsJSON
-	getJSON(t, b.AdminURL()+"/admin/v2/persistent/public/default/"+topic+"/stats", &out)
+	testkit.GetJSON(t, b.AdminURL()+"/admin/v2/persistent/public/default/"+topic+"/stats", &out)
 	return out
-}
-
-func getJSON(t testing.TB, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", url, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func getCode(t testing.TB, url string) int {

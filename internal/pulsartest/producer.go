@@ -10,13 +10,8 @@ import (
 
 func (c *conn) handleProducer(req *pb.CommandProducer) {
 	reqID := req.GetRequestId()
-	tn, err := parseTopic(req.GetTopic())
-	if err != nil {
-		c.sendError(reqID, pb.ServerError_InvalidTopicName, err.Error())
-		return
-	}
-	if c.b.partitionsOf(tn.full) > 0 {
-		c.sendError(reqID, pb.ServerError_InvalidTopicName, "produce to the partitions of a partitioned topic")
+	tn, ok := c.clientTopic(reqID, req.GetTopic(), "produce to")
+	if !ok {
 		return
 	}
 	if existing := c.producer(req.GetProducerId()); existing != nil {

@@ -3,10 +3,8 @@ package pulsartest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,26 +25,9 @@ const nsPath = "/admin/v2/namespaces/public/default"
 
 func topicPath(topic string) string { return "/admin/v2/persistent/public/default/" + topic }
 
-// do sends a request and returns the status and body.
-func do(t testing.TB, method, url, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(out))
-}
-
 func mustDo(t testing.TB, method, url, body string, want int) string {
 	t.Helper()
-	code, out := do(t, method, url, body)
+	code, out := testkit.Request(t, method, url, body)
 	if code != want {
 		t.Fatalf("%s %s: %d %s, want %d", method, url, code, out, want)
 	}
@@ -56,7 +37,7 @@ func mustDo(t testing.TB, method, url, body string, want int) string {
 func subStats(t testing.TB, b *Broker, topic, sub string) subscriptionStatsJSON {
 	t.Helper()
 	var out topicStatsJSON
-	getJSON(t, b.AdminURL()+topicPath(topic)+"/stats?getEarliestTimeInBacklog=true", &out)
+	testkit.GetJSON(t, b.AdminURL()+topicPath(topic)+"/stats?getEarliestTimeInBacklog=true", &out)
 	return out.Subscriptions[sub]
 }
 
@@ -167,9 +148,9 @@ func TestRetentionPolicyREST(t *testing.T) {
 		`{"limitSize":-1,"limitTime":3600,"policy":"consumer_backlog_eviction"}`, http.StatusNoContent)
 	mustDo(t, http.MethodPost, tp+"/backlogQuota", `{"limit":2048,"policy":"consumer_backlog_eviction"}`, http.StatusNoContent)
 	var nsMap, topicMap, appliedMap map[string]backlogQuotaJSON
-	getJSON(t, ns+"/backlogQuotaMap", &nsMap)
-	getJSON(t, tp+"/backlogQuotaMap", &topicMap)
-	getJSON(t, tp+"/backlogQuotaMap?applied=true", &appliedMap)
+	testkit.GetJSON(t, ns+"/backlogQuotaMap", &nsMap)
+	testkit.GetJSON(t, tp+"/backlogQuotaMap", &topicMap)
+	testkit.GetJSON(t, tp+"/backlogQuotaMap?applied=true", &appliedMap)
 	ageQuota := backlogQuotaJSON{Limit: -1, LimitSize: -1, LimitTime: 3600, Policy: ConsumerBacklogEviction}
 	sizeQuota := backlogQuotaJSON{Limit: 2048, LimitSize: 2048, Policy: ConsumerBacklogEviction}
 	if len(nsMap) != 1 || nsMap[QuotaMessageAge] != ageQuota {
@@ -182,7 +163,7 @@ func TestRetentionPolicyREST(t *testing.T) {
 		t.Fatalf("applied map %+v", appliedMap)
 	}
 	mustDo(t, http.MethodDelete, ns+"/backlogQuota?backlogQuotaType=message_age", "", http.StatusNoContent)
-	getJSON(t, tp+"/backlogQuotaMap?applied=true", &appliedMap)
+	testkit.GetJSON(t, tp+"/backlogQuotaMap?applied=true", &appliedMap)
 	if want := (backlogQuotaJSON{Limit: -1, LimitSize: -1, LimitTime: -1, Policy: ProducerRequestHold}); appliedMap[QuotaMessageAge] != want {
 		t.Fatalf("broker default not applied: %+v", appliedMap[QuotaMessageAge])
 	}
@@ -200,7 +181,7 @@ func TestRetentionPolicyREST(t *testing.T) {
 		{http.MethodPost, ns + "/backlogQuota", `{"limitSize":`, http.StatusBadRequest},
 		{http.MethodGet, b.AdminURL() + topicPath("no-such-topic") + "/messageTTL", "", http.StatusNotFound},
 	} {
-		code, body := do(t, bad.method, bad.url, bad.body)
+		code, body := testkit.Request(t, bad.method, bad.url, bad.body)
 		var reason struct{ Reason string }
 		if code != bad.code || json.Unmarshal([]byte(body), &reason) != nil || reason.Reason == "" {
 			t.Fatalf("%s %s %q: %d %s, want %d with a reason", bad.method, bad.url, bad.body, code, body, bad.code)

@@ -437,13 +437,8 @@ func (t *topic) removeConsumer(c *consumer) {
 
 func (c *conn) handleSubscribe(req *pb.CommandSubscribe) {
 	reqID := req.GetRequestId()
-	tn, err := parseTopic(req.GetTopic())
-	if err != nil {
-		c.sendError(reqID, pb.ServerError_InvalidTopicName, err.Error())
-		return
-	}
-	if c.b.partitionsOf(tn.full) > 0 {
-		c.sendError(reqID, pb.ServerError_InvalidTopicName, "subscribe to the partitions of a partitioned topic")
+	tn, ok := c.clientTopic(reqID, req.GetTopic(), "subscribe to")
+	if !ok {
 		return
 	}
 	if existing := c.consumer(req.GetConsumerId()); existing != nil {
@@ -638,9 +633,8 @@ func (c *conn) handleRedeliver(req *pb.CommandRedeliverUnacknowledgedMessages) {
 
 func (c *conn) handleSeek(req *pb.CommandSeek) {
 	reqID := req.GetRequestId()
-	cons := c.consumer(req.GetConsumerId())
+	cons := c.consumerOrNotFound(reqID, req.GetConsumerId())
 	if cons == nil {
-		c.sendError(reqID, pb.ServerError_ConsumerNotFound, "consumer not found")
 		return
 	}
 	t := cons.sub.t
@@ -665,9 +659,8 @@ func (c *conn) handleSeek(req *pb.CommandSeek) {
 
 func (c *conn) handleGetLastMessageID(req *pb.CommandGetLastMessageId) {
 	reqID := req.GetRequestId()
-	cons := c.consumer(req.GetConsumerId())
+	cons := c.consumerOrNotFound(reqID, req.GetConsumerId())
 	if cons == nil {
-		c.sendError(reqID, pb.ServerError_ConsumerNotFound, "consumer not found")
 		return
 	}
 	c.send(&pb.BaseCommand{
@@ -688,9 +681,8 @@ func (c *conn) handleCloseConsumer(req *pb.CommandCloseConsumer) {
 
 func (c *conn) handleUnsubscribe(req *pb.CommandUnsubscribe) {
 	reqID := req.GetRequestId()
-	cons := c.consumer(req.GetConsumerId())
+	cons := c.consumerOrNotFound(reqID, req.GetConsumerId())
 	if cons == nil {
-		c.sendError(reqID, pb.ServerError_ConsumerNotFound, "consumer not found")
 		return
 	}
 	t := cons.sub.t

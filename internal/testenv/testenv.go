@@ -48,6 +48,20 @@ func Assets() (string, error) {
 // Start starts the control plane and installs the CRDs of config/crd/bases. Stop the returned
 // environment when done.
 func Start() (*envtest.Environment, *rest.Config, error) {
+	return start(envtest.WebhookInstallOptions{})
+}
+
+// StartWithWebhooks is Start with the admission webhooks of config/webhook installed, pointed at
+// a local server: serve them on env.WebhookInstallOptions' LocalServingHost and
+// LocalServingPort with the certificate envtest writes to its LocalServingCertDir.
+func StartWithWebhooks() (*envtest.Environment, *rest.Config, error) {
+	return start(envtest.WebhookInstallOptions{
+		Paths:            []string{filepath.Join(RepoRoot(), "config", "webhook", "manifests.yaml")},
+		LocalServingHost: "127.0.0.1",
+	})
+}
+
+func start(webhooks envtest.WebhookInstallOptions) (*envtest.Environment, *rest.Config, error) {
 	assets, err := Assets()
 	if err != nil {
 		return nil, nil, err
@@ -56,6 +70,7 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: webhooks,
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -73,6 +73,15 @@ func Produce(t testing.TB, p pulsar.Producer, prefix string, n int) []pulsar.Mes
 	return ids
 }
 
+// ProduceUnbatched connects a client to url and sends n messages "<prefix>-0" to
+// "<prefix>-<n-1>" to topic as Produce does, one entry each, so that dispatch follows the
+// messages one by one; the client and its producer close when the test ends.
+func ProduceUnbatched(t testing.TB, url, topic, prefix string, n int) []pulsar.MessageID {
+	t.Helper()
+	c := NewClient(t, url)
+	return Produce(t, NewProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true}), prefix, n)
+}
+
 // ProduceAsync sends n messages "<prefix>-0" to "<prefix>-<n-1>" with SendAsync, so that a
 // batching producer groups them, keyed by key(i) unless key is nil; then it flushes and waits
 // for every receipt.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -59,32 +58,6 @@ func splitFrame(frame []byte) (cmd, payload []byte, err error) {
 		return nil, nil, fmt.Errorf("command size %d exceeds frame of %d bytes", cmdSize, len(frame))
 	}
 	return frame[8 : 8+cmdSize], frame[8+cmdSize:], nil
-}
-
-// commandType reads BaseCommand.type without decoding the rest, so that
-// frames the recorder does not look into cost nothing, and so that command
-// types missing from the generated subset keep their number.
-func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
-	for len(cmd) > 0 {
-		num, typ, n := protowire.ConsumeTag(cmd)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		cmd = cmd[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(cmd)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			return pb.BaseCommand_Type(v), nil
-		}
-		n = protowire.ConsumeFieldValue(num, typ, cmd)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		cmd = cmd[n:]
-	}
-	return 0, errors.New("command without a type")
 }
 
 // decodeOptions accept commands that miss required fields: a recorder

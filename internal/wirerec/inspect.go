@@ -34,7 +34,7 @@ func (p *Proxy) inspect(c *proxyConn, dir Direction, frame []byte) []byte {
 	e := Event{Time: time.Now(), Conn: c.info.ID, Dir: dir, Size: len(frame)}
 	cmdBytes, payload, err := splitFrame(frame)
 	if err == nil {
-		e.Type, err = commandType(cmdBytes)
+		e.Type, err = pb.CommandType(cmdBytes)
 	}
 	if err != nil {
 		p.undecodable(e, err)

@@ -285,7 +285,7 @@ func (p *Proxy) target(c *proxyConn, first []byte) (string, error) {
 	if err != nil {
 		return p.upstream, nil // forwarded as is; the broker will judge it
 	}
-	if t, err := commandType(cmd); err != nil || t != pb.BaseCommand_CONNECT {
+	if t, err := pb.CommandType(cmd); err != nil || t != pb.BaseCommand_CONNECT {
 		return p.upstream, nil
 	}
 	var base pb.BaseCommand

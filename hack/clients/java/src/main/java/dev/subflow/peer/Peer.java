@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.ConsumerBuilder;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
@@ -21,7 +22,8 @@ import org.apache.pulsar.client.api.SubscriptionType;
  *
  * <p>Flags: --url, --topic, --subscription, --type (Exclusive|Shared|Failover|Key_Shared),
  * --name, --queue (receiver queue size), --delay-ms (time the application spends on each message,
- * after reporting it and before acknowledging it).
+ * after reporting it and before acknowledging it), --chunk-expiry-ms (the client's expiry of
+ * incomplete chunked messages; the client's default when absent).
  */
 public final class Peer {
   private static volatile boolean closing;
@@ -29,7 +31,7 @@ public final class Peer {
   public static void main(String[] args) throws Exception {
     Map<String, String> flags = parse(args);
     PulsarClient client = PulsarClient.builder().serviceUrl(flags.get("url")).build();
-    Consumer<byte[]> consumer =
+    ConsumerBuilder<byte[]> builder =
         client
             .newConsumer(Schema.BYTES)
             .topic(flags.get("topic"))
@@ -37,8 +39,12 @@ public final class Peer {
             .subscriptionType(SubscriptionType.valueOf(flags.getOrDefault("type", "Shared")))
             .consumerName(flags.get("name"))
             .receiverQueueSize(Integer.parseInt(flags.getOrDefault("queue", "1000")))
-            .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
-            .subscribe();
+            .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest);
+    if (flags.containsKey("chunk-expiry-ms")) {
+      builder.expireTimeOfIncompleteChunkedMessage(
+          Long.parseLong(flags.get("chunk-expiry-ms")), TimeUnit.MILLISECONDS);
+    }
+    Consumer<byte[]> consumer = builder.subscribe();
     exitWhenStdinCloses(consumer, client);
     long delayMs = Long.parseLong(flags.getOrDefault("delay-ms", "0"));
     emit("{\"event\":\"ready\"}");
