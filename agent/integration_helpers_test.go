@@ -345,7 +345,7 @@ type session struct {
 	wirerec.Consumer
 	granted, delivered int64
 	active             *bool // the last ACTIVE_CONSUMER_CHANGE it got, if any
-	ended              bool  // closed (either side), its connection lost, or subscribed again
+	ended              bool  // refused, closed (either side), its connection lost, or subscribed again
 }
 
 // outstanding is what the broker may still send without a new FLOW: granted minus sent (the
@@ -373,6 +373,17 @@ func (e *env) sessions(topic, sub string) []session {
 			out[i].ended = true
 		}
 	}
+	// A SUBSCRIBE the broker refused (a real broker may, while it loads a new partition) never
+	// started a session; the client tries again as another consumer.
+	refused := map[[2]uint64]bool{}
+	for _, ev := range e.wire.Events(wirerec.Filter{}, pb.BaseCommand_ERROR) {
+		refused[[2]uint64{ev.Conn, ev.RequestID}] = true
+	}
+	for _, ev := range e.wire.Events(f, pb.BaseCommand_SUBSCRIBE) {
+		if i, ok := index[ev.Seq]; ok && refused[[2]uint64{ev.Conn, ev.RequestID}] {
+			out[i].ended = true
+		}
+	}
 	for _, ev := range e.wire.Events(f, pb.BaseCommand_FLOW, pb.BaseCommand_MESSAGE, pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_ACTIVE_CONSUMER_CHANGE) {
 		i, ok := index[ev.Consumer.Session]
 		if !ok {
@@ -396,6 +407,19 @@ func (e *env) sessions(topic, sub string) []session {
 // liveSessions returns the sessions still connected.
 func (e *env) liveSessions(topic, sub string) []session {
 	return slices.DeleteFunc(e.sessions(topic, sub), func(s session) bool { return s.ended })
+}
+
+// awaitLiveSessions waits until the subscription has exactly n live sessions; if it does not
+// within the deadline, the test fails with the sessions and the subscribes' answers on the wire.
+func (e *env) awaitLiveSessions(t testing.TB, topic, sub string, n int, within time.Duration) {
+	t.Helper()
+	if (testkit.Poll{Within: within, Every: 10 * time.Millisecond}).Until(func() bool { return len(e.liveSessions(topic, sub)) == n }) {
+		return
+	}
+	for _, ev := range e.wire.Events(wirerec.Filter{}, pb.BaseCommand_SUBSCRIBE, pb.BaseCommand_SUCCESS, pb.BaseCommand_ERROR, pb.BaseCommand_CLOSE_CONSUMER) {
+		t.Logf("on the wire: %s conn %d request %d consumer %+v", ev.Type, ev.Conn, ev.RequestID, ev.Consumer)
+	}
+	t.Fatalf("after %v, %s/%s has not %d live sessions: %+v", within, topic, sub, n, e.sessions(topic, sub))
 }
 
 // grantSpent reports whether the subscription has exactly `consumers` live sessions and the
