@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -58,6 +57,7 @@ const (
 	seekPoll           = time.Second
 	releaseGiveUpAfter = 2 * time.Minute
 	cacheWait          = 2 * time.Second
+	cacheRecheck       = 5 * time.Millisecond
 	readAgainAfter     = 50 * time.Millisecond
 	// DefaultMaxConcurrentReconciles bounds the flows reconciled at once. A reconcile spends
 	// nearly all its time waiting for the API server (a Secret read, a status write, the
@@ -93,6 +93,7 @@ type SubscriptionFlowReconciler struct {
 	tokens  tokenBook
 	retries retryBook
 	pushes  pushBook
+	written writtenBook
 	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
 	lateAnswers chan event.GenericEvent
 }
@@ -128,6 +129,9 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.written.stale(req.NamespacedName, flow.ResourceVersion, time.Now()) {
+		return ctrl.Result{RequeueAfter: cacheRecheck}, nil
+	}
 	if !flow.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, flow)
 	}
@@ -157,7 +161,7 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", patchErr))
 		}
 		r.emitEvents(stored, flow)
-		r.awaitCache(ctx, flow, append(seen, stored.ResourceVersion)...)
+		r.written.wrote(req.NamespacedName, append(seen, stored.ResourceVersion), time.Now())
 	}
 	return result, err
 }
@@ -166,19 +170,6 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 func (r *SubscriptionFlowReconciler) readAgain(ctx context.Context, flow *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
 	ctrl.LoggerFrom(ctx).V(1).Info("Status changed since it was read; reconciling again", "flow", klog.KObj(flow))
 	return ctrl.Result{RequeueAfter: readAgainAfter}, nil
-}
-
-// awaitCache waits, briefly, until the cache holds a version of flow other than those this
-// reconcile read or wrote before its status write (so this write or a later one): the next
-// reconcile of the flow then starts from it, instead of from a copy whose status write would be
-// refused as stale after pushing to every agent again.
-func (r *SubscriptionFlowReconciler) awaitCache(ctx context.Context, flow *subflowv1.SubscriptionFlow, older ...string) {
-	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
-		var cached subflowv1.SubscriptionFlow
-		// Read-only, polled every 5 ms: a deep copy of a flow holding 10 000 pods is ~1 MB.
-		err := r.Get(ctx, client.ObjectKeyFromObject(flow), &cached, client.UnsafeDisableDeepCopy)
-		return err != nil || !slices.Contains(older, cached.ResourceVersion), nil
-	})
 }
 
 // reconcileNormal computes the effective state, records and pushes it to every matched agent,
@@ -489,6 +480,7 @@ func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	r.holders.forget(key)
 	r.retries.reset(key)
 	r.pushes.forget(key)
+	r.written.forget(key)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from

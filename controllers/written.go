@@ -1,0 +1,56 @@
+package controllers
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// writtenBook remembers, per flow, the versions the informer's cache may still hold after this
+// process wrote the flow's status: the ones read before the write. A reconcile that starts from
+// one of them would push an old revision and have its status write refused, so it is put back
+// on the queue for a moment instead. The flow's worker is not held while the cache catches up
+// (polling held it 24-27 ms of a ~170 ms reconcile at 100 flows x 10 pods:
+// docs/fleet-scale-findings.md).
+type writtenBook struct {
+	mu     sync.Mutex
+	byFlow map[types.NamespacedName]staleVersions
+}
+
+type staleVersions struct {
+	versions []string
+	// until bounds the wait: an informer that never shows the write (a watch that broke and
+	// relisted past it) must not stall the flow.
+	until time.Time
+}
+
+// wrote records that the versions are older than what this process has just written.
+func (b *writtenBook) wrote(key types.NamespacedName, versions []string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byFlow == nil {
+		b.byFlow = map[types.NamespacedName]staleVersions{}
+	}
+	b.byFlow[key] = staleVersions{versions: versions, until: now.Add(cacheWait)}
+}
+
+// stale tells whether version is one the cache held before this process's last write of the
+// flow, and that write is recent enough to wait for. Any other answer ends the wait.
+func (b *writtenBook) stale(key types.NamespacedName, version string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.byFlow[key]
+	if ok && now.Before(s.until) && slices.Contains(s.versions, version) {
+		return true
+	}
+	delete(b.byFlow, key)
+	return false
+}
+
+func (b *writtenBook) forget(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.byFlow, key)
+}
