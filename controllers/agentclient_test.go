@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +54,46 @@ func TestPushesLargerThanTheConnectionBuffers(t *testing.T) {
 	for _, n := range gotBody {
 		if n != len(want) {
 			t.Fatalf("the agent read bodies of %v bytes, want %d each", gotBody, len(want))
+		}
+	}
+}
+
+// A flow larger than the idle pool does not keep its connections; a smaller one reuses them.
+func TestConnectionsAreKeptOnlyForFlowsTheIdlePoolHolds(t *testing.T) {
+	var mu sync.Mutex
+	opened := 0
+	agent := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(protocol.FlowStatus{Pod: "p"})
+	}))
+	agent.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			mu.Lock()
+			opened++
+			mu.Unlock()
+		}
+	}
+	agent.Start()
+	defer agent.Close()
+	client := NewHTTPAgentClient(5*time.Second, nil)
+	for _, tc := range []struct {
+		pods int
+		want int
+	}{{agentIdlePool, 1}, {agentIdlePool + 1, 3}} {
+		mu.Lock()
+		opened = 0
+		mu.Unlock()
+		client.HTTP.CloseIdleConnections()
+		target := AgentTarget{Pod: "p", BaseURL: agent.URL, Token: "t", Namespace: "ns", Name: "f", Unpooled: !wantPooled(tc.pods)}
+		for range 3 {
+			if _, err := client.PutFlow(context.Background(), target, paused); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		got := opened
+		mu.Unlock()
+		if got != tc.want {
+			t.Errorf("a flow of %d pods opened %d connections for 3 pushes to one agent, want %d", tc.pods, got, tc.want)
 		}
 	}
 }

@@ -201,7 +201,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	target := r.targetFunc(flow, tokens)
+	target := r.targetFunc(flow, tokens, len(pods))
 	kept, released, unreleased, err := r.releaseStale(ctx, flow, holders, pods, target)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -412,10 +412,11 @@ func newestStale(outcomes []podOutcome) int64 {
 	return newest
 }
 
-func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, tokens agentTokens) func(*corev1.Pod) AgentTarget {
+func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow, tokens agentTokens, pods int) func(*corev1.Pod) AgentTarget {
+	unpooled := !wantPooled(pods)
 	return func(pod *corev1.Pod) AgentTarget {
 		return AgentTarget{Pod: pod.Name, BaseURL: agentBaseURL(pod, flow.Spec.Agent), Token: tokens.Current, PreviousToken: tokens.Previous,
-			Namespace: flow.Namespace, Name: flow.Name, DefaultPort: !namesAgentPort(pod, flow.Spec.Agent)}
+			Namespace: flow.Namespace, Name: flow.Name, DefaultPort: !namesAgentPort(pod, flow.Spec.Agent), Unpooled: unpooled}
 	}
 }
 
@@ -531,7 +532,7 @@ func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *su
 		return []string{"all holders (" + err.Error() + ")"}, nil
 	}
 	var failed []string
-	for _, f := range r.releaseAll(ctx, pods, r.targetFunc(flow, tokens), string(flow.UID)) {
+	for _, f := range r.releaseAll(ctx, pods, r.targetFunc(flow, tokens, len(pods)), string(flow.UID)) {
 		failed = append(failed, f.String())
 	}
 	return failed, nil
