@@ -32,14 +32,14 @@ const backlogRecheck = time.Minute
 // backlogReporter is the pod asked to read the backlog while consumption is halted (running
 // consumers drain it, so nobody reads it then): one pod per flow, spread over the pods by the
 // flow's UID so that many flows on the same pods do not all load one agent.
-func backlogReporter(flow *subflowv1.SubscriptionFlow, state subflowv1.FlowState, pods []corev1.Pod) string {
+func backlogReporter(flow *subflowv1.SubscriptionFlow, state subflowv1.FlowState, pods []*corev1.Pod) string {
 	if state == subflowv1.StateRunning {
 		return ""
 	}
 	var candidates []string
-	for i := range pods {
-		if pushable(&pods[i]) {
-			candidates = append(candidates, pods[i].Name)
+	for _, pod := range pods {
+		if pushable(pod) {
+			candidates = append(candidates, pod.Name)
 		}
 	}
 	if len(candidates) == 0 {

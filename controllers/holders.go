@@ -92,15 +92,15 @@ func sortedKeys(set map[string]bool) []string {
 
 // recordHolders adds the pods about to be pushed to status.heldBy, written before the push.
 // It returns the holders after the write, and keeps stored equal to the flow the API server holds.
-func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow, stored *subflowv1.SubscriptionFlow, holders []string, pods []corev1.Pod) ([]string, error) {
+func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow, stored *subflowv1.SubscriptionFlow, holders []string, pods []*corev1.Pod) ([]string, error) {
 	set := make(map[string]bool, len(holders)+len(pods))
 	for _, pod := range holders {
 		set[pod] = true
 	}
 	added := false
-	for i := range pods {
-		if pushable(&pods[i]) && !set[pods[i].Name] {
-			set[pods[i].Name], added = true, true
+	for _, pod := range pods {
+		if pushable(pod) && !set[pod.Name] {
+			set[pod.Name], added = true, true
 		}
 	}
 	all := sortedKeys(set)
@@ -122,24 +122,24 @@ func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow, st
 // left (those matched, and those whose release failed: retried on the next reconcile), the
 // pods released, and the failures. A pod that is gone, or terminating, holds nothing any more.
 func (r *SubscriptionFlowReconciler) releaseStale(ctx context.Context, flow *subflowv1.SubscriptionFlow, holders []string,
-	matched []corev1.Pod, target func(*corev1.Pod) AgentTarget) (kept, released, failed []string, err error) {
+	matched []*corev1.Pod, target func(*corev1.Pod) AgentTarget) (kept, released, failed []string, err error) {
 	isMatched := make(map[string]bool, len(matched))
-	for i := range matched {
-		isMatched[matched[i].Name] = true
+	for _, pod := range matched {
+		isMatched[pod.Name] = true
 	}
-	var stale []corev1.Pod
+	var stale []*corev1.Pod
 	for _, name := range holders {
 		if isMatched[name] {
 			kept = append(kept, name)
 			continue
 		}
-		var pod corev1.Pod
-		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &pod)
+		pod := &corev1.Pod{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, pod)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, nil, nil, err
-		case pushable(&pod):
+		case pushable(pod):
 			stale = append(stale, pod)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 // that pod again, if the request is still the same. A pod whose answer to the same request
 // showed it done is not pushed to again within the resync period (a retry because of other
 // pods re-pushes only those).
-func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, pods []corev1.Pod,
+func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, pods []*corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
 	outcomes := make([]podOutcome, len(pods))
 	jobs := make(chan pushJob, len(pods))
@@ -36,13 +36,13 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 	now := time.Now()
 	for i := range pods {
 		outcomes[i].Pod = pods[i].Name
-		t := target(&pods[i])
+		t := target(pods[i])
 		if t.BaseURL == "" {
 			continue
 		}
 		matched[t.Pod] = true
 		key, req := pushKey{flow: flow, pod: t.Pod}, request(t.Pod)
-		subject := subjectOf(&pods[i], t, req)
+		subject := subjectOf(pods[i], t, req)
 		if o, ok := r.pushes.take(key, subject, now, r.resync()); ok {
 			outcomes[i] = o
 			continue
@@ -183,7 +183,7 @@ func (f releaseFailure) String() string { return f.pod + " (" + f.err.Error() + 
 // releaseAll removes the flow's rule from every pod's agent that has an address, at most
 // parallelism at a time, and returns the pods that failed. When ctx ends, the pods not yet
 // asked fail with its error.
-func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []releaseFailure {
+func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []*corev1.Pod, target func(*corev1.Pod) AgentTarget, uid string) []releaseFailure {
 	var mu sync.Mutex
 	var failed []releaseFailure
 	fail := func(pod string, err error) {
@@ -193,8 +193,8 @@ func (r *SubscriptionFlowReconciler) releaseAll(ctx context.Context, pods []core
 	}
 	var g errgroup.Group
 	g.SetLimit(r.parallelism())
-	for i := range pods {
-		t := target(&pods[i])
+	for _, pod := range pods {
+		t := target(pod)
 		if t.BaseURL == "" {
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -94,6 +95,8 @@ type SubscriptionFlowReconciler struct {
 	retries retryBook
 	pushes  pushBook
 	written writtenBook
+	// podIndex is the manager's pod cache, read in place (namespacePods).
+	podIndex toolscache.Indexer
 	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
 	lateAnswers chan event.GenericEvent
 }
@@ -206,7 +209,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	live := slices.DeleteFunc(pods, func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
+	live := slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
 	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow), Tokens: tokens,
 		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
@@ -236,7 +239,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 // pushRevision pushes the current revision to every pod. An agent that holds a newer revision
 // (a previous leader's, or one whose status write was lost) answers with it; the controller
 // moves past the highest such revision in one step and pushes again.
-func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *subflowv1.SubscriptionFlow, pods []corev1.Pod,
+func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *subflowv1.SubscriptionFlow, pods []*corev1.Pod,
 	target func(*corev1.Pod) AgentTarget, obs *observation) {
 	request := func(pod string) protocol.FlowRequest {
 		req := desiredRequest(flow, obs.Effective, obs.Revision, pod == obs.Executor)
@@ -251,7 +254,7 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 	}
 	for i := range obs.Outcomes {
 		if obs.Outcomes[i].Status == nil {
-			obs.Outcomes[i].Wiring = wiringProblem(&pods[i], flow, obs.Outcomes[i].Err)
+			obs.Outcomes[i].Wiring = wiringProblem(pods[i], flow, obs.Outcomes[i].Err)
 		}
 	}
 }
@@ -331,7 +334,7 @@ func seekRunning(obs observation) bool {
 
 // keptExecutor returns the executor already chosen for the current seek if its pod is still
 // matched and addressable; empty means one must be chosen.
-func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []corev1.Pod) string {
+func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []*corev1.Pod) string {
 	old := flow.Status.Seek
 	if flow.Spec.Seek == nil || old == nil || old.ID != flow.Spec.Seek.ID || old.Executor == "" {
 		return ""
@@ -350,13 +353,13 @@ func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []corev1.Pod) string {
 // startSeekIfPending chooses an executor for a pending seek (seekExecutor) and pushes the
 // request with execute set to it.
 func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flow *subflowv1.SubscriptionFlow,
-	pods []corev1.Pod, target func(*corev1.Pod) AgentTarget, obs *observation) {
+	pods []*corev1.Pod, target func(*corev1.Pod) AgentTarget, obs *observation) {
 	if flow.Spec.Seek == nil || seekFinished(flow) || obs.Executor != "" {
 		return
 	}
 	if i := seekExecutor(obs.Outcomes); i >= 0 {
 		obs.Executor = obs.Outcomes[i].Pod
-		obs.Outcomes[i] = r.pushOne(ctx, target(&pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
+		obs.Outcomes[i] = r.pushOne(ctx, target(pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
 	}
 }
 
@@ -511,16 +514,16 @@ func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *su
 			names[pod.Name] = true
 		}
 	}
-	var pods []corev1.Pod
+	var pods []*corev1.Pod
 	for _, name := range sortedKeys(names) {
-		var pod corev1.Pod
-		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &pod)
+		pod := &corev1.Pod{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, pod)
 		if apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, err
 		}
-		if pushable(&pod) {
+		if pushable(pod) {
 			pods = append(pods, pod)
 		}
 	}
@@ -625,6 +628,14 @@ func (r *SubscriptionFlowReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Agents = NewHTTPAgentClient(DefaultPushTimeout, nil)
 	}
 	r.lateAnswers = make(chan event.GenericEvent, 1024)
+	// The informer the pod watch below uses; before the manager starts, this only creates it.
+	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	if shared, ok := pods.(toolscache.SharedIndexInformer); ok {
+		r.podIndex = shared.GetIndexer()
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&subflowv1.SubscriptionFlow{}, builder.WithPredicates(flowSpecOrIntentChanged)).
 		Watches(&corev1.Pod{}, r.podEvents(), builder.WithPredicates(podChangesAgentReach)).
