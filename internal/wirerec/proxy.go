@@ -245,6 +245,9 @@ func (p *Proxy) serve(c *proxyConn) {
 	_ = c.client.SetReadDeadline(time.Now().Add(30 * time.Second))
 	first, err := readFrame(in, nil)
 	_ = c.client.SetReadDeadline(time.Time{})
+	if errors.Is(err, net.ErrClosed) {
+		return // the recorder closed while the client was still silent: no fault of the client
+	}
 	if err != nil {
 		p.report(c.info.ID, "no CONNECT from the client: %v", err)
 		return
