@@ -68,8 +68,17 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 
 	// Paused: alpha's keys wait for alpha (in its client and the broker's replay queue, far
 	// below the look-ahead limit of min(2000 x consumers, 20000) entries); beta gets its own.
+	// The client returns the permits of messages it handed over from its dispatcher goroutine,
+	// after the hand-over: wait for those refills first, so that a FLOW after the pause can only
+	// be the gate's fault (a CI run on Pulsar 4.2.4 saw one FLOW(5) just after Pause otherwise).
+	gotA, gotB := colA.count(), colB.count()
+	poll.Eventually(t, "alpha's refills for what it received", func() bool {
+		s, ok := liveSession(e.liveSessions(topic, "sub"), "alpha")
+		return ok && s.granted == refilled(queueSize, gotA)
+	})
 	a.Pause()
-	atPause, gotA, gotB := e.mark(), colA.count(), colB.count()
+	e.barrier(t, a)
+	atPause := e.mark()
 	const m = 200
 	e.produceKeyed(t, topic, n, m, 1, messageKey)
 	wantB := countOwned(n, m, ownedB)
@@ -81,8 +90,8 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	if d := e.wire.Delivered(wirerec.Filter{Topic: topic, Subscription: "sub", ConsumerName: "beta", Since: atPause}); d != wantB {
 		t.Fatalf("the broker sent beta %d messages while alpha was paused, want its %d", d, wantB)
 	}
-	if colA.count() != gotA || len(e.wire.Flows(wirerec.Filter{Topic: topic, Subscription: "sub", ConsumerName: "alpha", Since: atPause})) != 0 {
-		t.Fatalf("paused alpha: %d messages to the application, FLOWs %+v", colA.count()-gotA, e.flows(topic, "sub", atPause))
+	if flowsA := e.wire.Flows(wirerec.Filter{Topic: topic, Subscription: "sub", ConsumerName: "alpha", Since: atPause}); colA.count() != gotA || len(flowsA) != 0 {
+		t.Fatalf("paused alpha: %d messages to the application, FLOWs %+v", colA.count()-gotA, flowsA)
 	}
 
 	// Resumed: alpha gets exactly its keys' messages.
@@ -126,6 +135,14 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 		t.Fatalf("after Run: alpha got %v (owned %v), beta got %v (owned %v)", slices.Sorted(maps.Keys(ga)), slices.Sorted(maps.Keys(ownedA)),
 			slices.Sorted(maps.Keys(gb)), slices.Sorted(maps.Keys(ownedB)))
 	}
+}
+
+// refilled is what pulsar-client-go (v0.19 to v0.21) has granted in all once it has handed
+// `received` messages to its MessageChannel: the initial grant of q, then q/2 each time it has
+// handed over another q/2.
+func refilled(q, received int) int64 {
+	half := q / 2
+	return int64(q + received/half*half)
 }
 
 func isSubset(a, b map[string]bool) bool {
