@@ -153,9 +153,13 @@ func (r *SubscriptionFlowReconciler) wake(flow types.NamespacedName) {
 		return
 	}
 	select {
-	case r.lateAnswers <- event.GenericEvent{Object: &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: flow.Namespace, Name: flow.Name}}}:
+	case r.lateAnswers <- wakeEvent(flow):
 	default:
 	}
+}
+
+func wakeEvent(flow types.NamespacedName) event.GenericEvent {
+	return event.GenericEvent{Object: &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: flow.Namespace, Name: flow.Name}}}
 }
 
 func pushErrorReason(err error) string {

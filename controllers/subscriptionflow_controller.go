@@ -95,6 +95,8 @@ type SubscriptionFlowReconciler struct {
 	retries retryBook
 	pushes  pushBook
 	written writtenBook
+	// statusWrites bounds the status writes in flight (writeStatus).
+	statusWrites statusWriters
 	// podIndex is the manager's pod cache, read in place (namespacePods).
 	podIndex toolscache.Indexer
 	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
@@ -150,21 +152,7 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return r.readAgain(ctx, flow)
 	}
 	if !equality.Semantic.DeepEqual(stored.Status, flow.Status) {
-		// Every status write carries the resourceVersion read: one computed from a copy that
-		// is no longer the stored one (another controller wrote) is refused, so revision and
-		// observedGeneration never go back, and a transition is announced only by the write
-		// that stored it, compared with the status it replaced.
-		patchErr := r.Status().Patch(ctx, flow, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(patchErr) {
-			return r.readAgain(ctx, flow)
-		}
-		if patchErr != nil {
-			// Both count: the reconcile's own error says what failed with the agents, the
-			// patch's why the status does not show it.
-			return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing status: %w", patchErr))
-		}
-		r.emitEvents(stored, flow)
-		r.written.wrote(req.NamespacedName, append(seen, stored.ResourceVersion), time.Now())
+		r.writeStatus(ctx, stored, flow, seen)
 	}
 	return result, err
 }

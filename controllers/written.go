@@ -20,10 +20,23 @@ type writtenBook struct {
 }
 
 type staleVersions struct {
+	// writing is true while a status write of the flow is in flight (statuswrite.go): until it
+	// ends, every version the cache holds may be older than what it stores.
+	writing  bool
 	versions []string
 	// until bounds the wait: an informer that never shows the write (a watch that broke and
 	// relisted past it) must not stall the flow.
 	until time.Time
+}
+
+// writing records that a status write of the flow has begun; wrote or forget ends it.
+func (b *writtenBook) writing(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byFlow == nil {
+		b.byFlow = map[types.NamespacedName]staleVersions{}
+	}
+	b.byFlow[key] = staleVersions{writing: true}
 }
 
 // wrote records that the versions are older than what this process has just written.
@@ -36,13 +49,14 @@ func (b *writtenBook) wrote(key types.NamespacedName, versions []string, now tim
 	b.byFlow[key] = staleVersions{versions: versions, until: now.Add(cacheWait)}
 }
 
-// stale tells whether version is one the cache held before this process's last write of the
-// flow, and that write is recent enough to wait for. Any other answer ends the wait.
+// stale tells whether a status write of the flow is in flight, or version is one the cache held
+// before this process's last write of the flow and that write is recent enough to wait for.
+// Any other answer ends the wait.
 func (b *writtenBook) stale(key types.NamespacedName, version string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, ok := b.byFlow[key]
-	if ok && now.Before(s.until) && slices.Contains(s.versions, version) {
+	if ok && (s.writing || now.Before(s.until) && slices.Contains(s.versions, version)) {
 		return true
 	}
 	delete(b.byFlow, key)

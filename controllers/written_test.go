@@ -37,3 +37,28 @@ func TestWrittenBookWaitsOnlyForTheVersionsBeforeAWrite(t *testing.T) {
 		t.Error("a forgotten flow is stale")
 	}
 }
+
+func TestWrittenBookHoldsEveryVersionWhileAWriteIsInFlight(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "flow"}
+	other := types.NamespacedName{Namespace: "ns", Name: "other"}
+	now := time.Unix(1000, 0)
+	var b writtenBook
+	b.writing(key)
+	for _, v := range []string{"1", "2"} {
+		if !b.stale(key, v, now.Add(10*cacheWait)) {
+			t.Errorf("version %s is not stale while a write is in flight", v)
+		}
+	}
+	if b.stale(other, "1", now) {
+		t.Error("another flow waits for this flow's write")
+	}
+	b.wrote(key, []string{"1"}, now)
+	if !b.stale(key, "1", now) || b.stale(key, "2", now) {
+		t.Error("after the write only the version read before it is stale")
+	}
+	b.writing(key)
+	b.forget(key) // the write was refused: nothing to wait for
+	if b.stale(key, "1", now) {
+		t.Error("a refused write still holds the flow")
+	}
+}

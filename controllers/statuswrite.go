@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// statusWriteTimeout bounds one status write; the flow's next reconcile waits for it to end.
+const statusWriteTimeout = 30 * time.Second
+
+// statusWriters bounds the status writes in flight to the number of workers, so that the API
+// server sees no more concurrent writes than when the workers wrote status themselves. Made
+// when first used, so that a reconciler built as a struct literal has one too.
+type statusWriters struct {
+	once  sync.Once
+	slots chan struct{}
+}
+
+func (w *statusWriters) get(n int) chan struct{} {
+	w.once.Do(func() { w.slots = make(chan struct{}, n) })
+	return w.slots
+}
+
+// writeStatus stores the status a reconcile computed, off the worker: the worker goes on to
+// the next flow's pushes instead of waiting for this flow's write (at 100 flows x 10 pods the
+// last flows' pushes queued behind the first flows' status writes: docs/fleet-scale-findings.md).
+// The write carries the resourceVersion read, as before: one computed from a copy that is no
+// longer the stored one (another controller wrote) is refused, so revision and
+// observedGeneration never go back, and a transition is announced only by the write that stored
+// it. Until the write ends, the flow's reconciles wait on the queue (writtenBook), so at most
+// one write per flow is in flight and the next reconcile starts from what it stored. A refused
+// write reconciles the flow again: soon after a conflict, after the flow's retry delay
+// otherwise.
+func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, flow *subflowv1.SubscriptionFlow, seen []string) {
+	key := client.ObjectKeyFromObject(flow)
+	log := ctrl.LoggerFrom(ctx)
+	slots := r.statusWrites.get(cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles))
+	r.written.writing(key)
+	go func() {
+		slots <- struct{}{}
+		// The reconcile's context ends with the manager; the write still gets its answer.
+		writeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+		err := r.Status().Patch(writeCtx, flow, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+		cancel()
+		<-slots
+		switch {
+		case err == nil:
+			r.written.wrote(key, append(seen, stored.ResourceVersion), time.Now())
+			r.emitEvents(stored, flow)
+		case apierrors.IsNotFound(err):
+			r.written.forget(key) // deleted meanwhile: its deletion reconciles it
+		case apierrors.IsConflict(err):
+			r.written.forget(key)
+			log.V(1).Info("Status changed since it was read; reconciling again", "flow", klog.KObj(flow))
+			r.reconcileAgain(ctx, key, readAgainAfter)
+		default:
+			r.written.forget(key)
+			retry := r.retries.next(key)
+			log.Error(err, "Writing status; reconciling again", "flow", klog.KObj(flow), "after", retry)
+			r.reconcileAgain(ctx, key, retry)
+		}
+	}()
+}
+
+// reconcileAgain queues the flow after d. Unlike wake it waits for room on the channel: a
+// refused write may have no other retry than the flow's resync. ctx is the reconcile's, which
+// ends with the manager.
+func (r *SubscriptionFlowReconciler) reconcileAgain(ctx context.Context, key types.NamespacedName, d time.Duration) {
+	if r.lateAnswers == nil {
+		return
+	}
+	time.AfterFunc(d, func() {
+		select {
+		case r.lateAnswers <- wakeEvent(key):
+		case <-ctx.Done():
+		}
+	})
+}
