@@ -122,8 +122,8 @@ sidecar-pulsar: ## Run the sidecar's tests with the Go, Java and Python consumer
 		-- $(GO) test $(TEST_FLAGS) -run TestTokenAuth ./agent/sidecar/
 
 .PHONY: bench
-bench: ## Run the benchmarks side by side and write BENCHMARKS.md (a real Pulsar runs for the *Pulsar benchmarks).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- $(GO) run ./hack/benchreport
+bench: ## Run the benchmarks side by side and write BENCHMARKS.md (a real Pulsar runs for the *Pulsar benchmarks; RESUME=1 keeps the packages already in bench-runs/, PKGS to run some).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(PULSAR) exec -- $(GO) run ./hack/benchreport -parts bench-runs $(if $(RESUME),-resume) $(PKGS)
 
 .PHONY: chaos
 chaos: ## Run a long seeded chaos run (SEED=n to replay; CHAOS_FLAGS for scale) and exit non-zero on any violation.

@@ -29,6 +29,8 @@ type options struct {
 	benchtime string
 	timeout   time.Duration
 	dirty     bool
+	parts     string
+	resume    bool
 }
 
 func main() {
@@ -46,6 +48,8 @@ func parseFlags() options {
 	flag.StringVar(&o.benchtime, "benchtime", "", "passed to go test -benchtime when set")
 	// internal/fleetbench takes about two hours at full size (100 rounds of every fleet shape).
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "go test -timeout per package")
+	flag.StringVar(&o.parts, "parts", "", "keep each go test run's output in this directory (a part per package, and per isolated benchmark)")
+	flag.BoolVar(&o.resume, "resume", false, "with -parts: read the runs whose part is there instead of running them again")
 	flag.BoolVar(&o.dirty, "allow-dirty", false, "measure a tree with uncommitted changes (the report says so); by default refuse, so that every report names the commit it measured")
 	flag.Parse()
 	o.patterns = flag.Args()
@@ -56,6 +60,9 @@ func parseFlags() options {
 }
 
 func run(o options) error {
+	if o.resume && o.parts == "" {
+		return errors.New("-resume reads the parts of -parts: name the directory")
+	}
 	if o.input == "" && !o.dirty && treeIsDirty() {
 		return errors.New("the tree has uncommitted changes: commit first so that the report names what it measured, or pass -allow-dirty")
 	}
@@ -107,7 +114,10 @@ func collect(o options) (BenchOutput, []PackageRun, error) {
 	for _, pkg := range pkgs {
 		// The package's own benchmarks first, then each isolated one in a process of its own.
 		for _, args := range append([][]string{{"-skip", isolatedPattern}}, isolatedRuns(o.bench)...) {
-			out, run := runPackage(o, pkg, args, os.Stderr)
+			out, run, err := runOrResume(o, pkg, args)
+			if err != nil {
+				return BenchOutput{}, nil, err
+			}
 			all.Results = append(all.Results, out.Results...)
 			if out.CPU != "" {
 				all.CPU = out.CPU
@@ -118,6 +128,32 @@ func collect(o options) (BenchOutput, []PackageRun, error) {
 		}
 	}
 	return all, runs, nil
+}
+
+// runOrResume runs one package's benchmarks, or with -resume reads them from their part. With
+// -parts, a run that passed is kept as its part.
+func runOrResume(o options, pkg string, extra []string) (BenchOutput, PackageRun, error) {
+	if o.parts == "" {
+		out, run, _ := runPackage(o, pkg, extra, os.Stderr)
+		return out, run, nil
+	}
+	path := partPath(o.parts, pkg, extra)
+	if o.resume {
+		out, run, ok, err := readPart(path, pkg)
+		if err != nil || ok {
+			if ok {
+				fmt.Fprintf(os.Stderr, "benchreport: %s %s: read from %s (measured %s)\n", pkg, strings.Join(extra, " "), path, run.Measured)
+			}
+			return out, run, err
+		}
+	}
+	out, run, raw := runPackage(o, pkg, extra, os.Stderr)
+	if run.Failure == "" {
+		if err := writePart(path, run.Measured, raw); err != nil {
+			return BenchOutput{}, PackageRun{}, err
+		}
+	}
+	return out, run, nil
 }
 
 func buildReport(o options, out BenchOutput, runs []PackageRun) (Report, error) {

@@ -77,7 +77,7 @@ func isolatedRuns(bench string) [][]string {
 // runPackage benchmarks one package, with extra go test arguments, streaming go test's output
 // to progress while keeping it for parsing. A failing package is reported, not fatal: the
 // others still run.
-func runPackage(o options, pkg string, extra []string, progress io.Writer) (BenchOutput, PackageRun) {
+func runPackage(o options, pkg string, extra []string, progress io.Writer) (BenchOutput, PackageRun, []byte) {
 	fmt.Fprintf(progress, "benchreport: benchmarking %s %s\n", pkg, strings.Join(extra, " "))
 	start := time.Now()
 	var captured bytes.Buffer
@@ -86,15 +86,16 @@ func runPackage(o options, pkg string, extra []string, progress io.Writer) (Benc
 	cmd.Stderr = progress
 	err := cmd.Run()
 	fmt.Fprintf(progress, "benchreport: %s done in %s\n", pkg, time.Since(start).Round(time.Second))
+	raw := bytes.Clone(captured.Bytes())
 	out, parseErr := parseBenchOutput(&captured, pkg)
-	run := PackageRun{Package: pkg}
+	run := PackageRun{Package: pkg, Measured: time.Now().UTC().Format(dateLayout) + " at " + commit()}
 	switch {
 	case err != nil:
 		run.Failure = fmt.Sprintf("go test: %v%s", err, lastFailureLine(captured.String()))
 	case parseErr != nil:
 		run.Failure = fmt.Sprintf("reading output: %v", parseErr)
 	}
-	return out, run
+	return out, run, raw
 }
 
 // lastFailureLine picks the most telling line of a failed run for the report.
@@ -109,6 +110,8 @@ func lastFailureLine(output string) string {
 	return ""
 }
 
+const dateLayout = "2006-01-02 15:04 MST"
+
 func describeMachine() Machine {
 	return Machine{
 		GoVersion: goEnv("GOVERSION"),
@@ -117,7 +120,7 @@ func describeMachine() Machine {
 		CPUs:      nproc(),
 		CPUModel:  cpuModel(),
 		Commit:    commit(),
-		Date:      time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		Date:      time.Now().UTC().Format(dateLayout),
 	}
 }
 
@@ -164,9 +167,10 @@ func commit() string {
 	return c + " (clean tree: the figures are this commit's)"
 }
 
-// treeIsDirty reports uncommitted changes to tracked or new files (the report itself aside).
+// treeIsDirty reports uncommitted changes to tracked or new files (the report and its parts
+// aside: an earlier sitting's parts are not a change to what is measured).
 func treeIsDirty() bool {
-	status, err := exec.Command("git", "status", "--porcelain", "--", ".", ":!BENCHMARKS.md").Output()
+	status, err := exec.Command("git", "status", "--porcelain", "--", ".", ":!BENCHMARKS.md", ":!bench-runs").Output()
 	return err == nil && len(bytes.TrimSpace(status)) > 0
 }
 
