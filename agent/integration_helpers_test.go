@@ -64,7 +64,9 @@ type env struct {
 	wire     *wirerec.Proxy
 	adminURL string
 	client   pulsar.Client
-	agent    *Agent
+	// clientLog counts the frames the client dropped for a consumer it no longer knew.
+	clientLog *testkit.ClientLog
+	agent     *Agent
 }
 
 // newEnv starts the test's broker (or uses the remote one) behind a wire recorder. Options
@@ -96,9 +98,29 @@ func newEnv(t testing.TB, opts ...pulsartest.Options) *env {
 		e.wire = wirerec.StartT(t, e.local.ServiceURL(), wirerec.Options{Listener: ln})
 		e.adminURL = e.local.AdminURL()
 	}
-	e.client = testkit.Client(t, pulsar.ClientOptions{URL: e.wire.ServiceURL()})
+	e.clientLog = &testkit.ClientLog{}
+	e.client = testkit.Client(t, pulsar.ClientOptions{URL: e.wire.ServiceURL(), Logger: e.clientLog.Logger()})
 	e.agent = newTestAgent(t, Options{Name: "test", AdminURL: e.adminURL})
 	return e
+}
+
+// untilPastClientRace waits for done after the broker closed consumers (a reset). When it does
+// not come and the client dropped frames for a consumer it no longer knew (pulsar-client-go's
+// handler race, testkit.ClientLog), it reconnects every client, after which the broker sends
+// again what the lost handler never saw, and waits again. Nothing may be lost either way;
+// without dropped frames the wait fails, since then the client's race is not what held them.
+func (e *env) untilPastClientRace(t *testing.T, p testkit.Poll, what string, done func() bool) {
+	t.Helper()
+	if p.Until(done) {
+		return
+	}
+	dropped := e.clientLog.DroppedFrames()
+	if dropped == 0 {
+		t.Fatalf("%s: not within %s, and the client dropped no frame for an unknown consumer", what, p.Within)
+	}
+	t.Logf("%s: not within %s; the client dropped %d frames for a consumer it no longer knew: reconnecting every client", what, p.Within, dropped)
+	e.dropConnections()
+	p.Eventually(t, what+" after a reconnect", done)
 }
 
 // newDirectEnv connects the client straight to an in-process broker, without a recorder: for

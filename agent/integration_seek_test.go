@@ -276,17 +276,11 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	fromActive, fromStandby := collect(t, active), collect(t, standby)
 	logGatesOnFailure(t, consumers)
 	replayed := func() bool { return len(fromActive.distinct())+len(fromStandby.distinct()) >= 20 }
-	if !afterReset.Until(replayed) {
-		// Seen 1 in 3 runs under load on Pulsar 4.0.7 with pulsar-client-go v0.21: the broker sent
-		// 20..39 to the consumer it made active, yet its client never pushed them into the gate's
-		// channel (both gates open, channels empty, a taker waiting, no ack sent). The client
-		// holds them, unacknowledged; a reconnect makes the broker send them again. Nothing may
-		// be lost: they must come then.
-		logGates(t, consumers)
-		t.Log("the replay did not reach either gate: reconnecting every client")
-		e.dropConnections()
-		afterReset.Eventually(t, "20..39 after a reconnect", replayed)
-	}
+	// Seen 1 in 3 runs under load on Pulsar 4.0.7 with pulsar-client-go v0.21: the broker sent
+	// 20..39 to the consumer it made active, yet its client never pushed them into the gate's
+	// channel (both gates open, channels empty, a taker waiting, no ack sent): the client's
+	// handler race (testkit.ClientLog).
+	e.untilPastClientRace(t, afterReset, "20..39 after the seek", replayed)
 	afterReset.Eventually(t, "acks after the seek", func() bool { return e.backlog(t, topic, "sub") == 0 })
 	fromActive.stop()
 	fromStandby.stop()
@@ -302,10 +296,14 @@ func TestIntegrationSeekByFailoverStandbyLeavesNoPendingSeek(t *testing.T) {
 	active.Close()
 	awaitResubscribed(t, e, standbyName, beforeDrop)
 	first := resetToStart(t, e, topic)
-	// The standby becomes active after the broker's failover delay; receiveN waits for it.
-	got := testkit.ReceiveAndAck(t, standby, 40, receiveLimit)
-	if s := seqOfMessage(t, got[0]); s != 0 {
-		t.Fatalf("after the reset to %+v the former standby got %d first, want 0", first, s)
+	// The standby becomes active after the broker's failover delay. The reset closed it, and a
+	// CI run on Pulsar 4.0.7 saw the client's handler race here too (0 of 40 within 15 s, while
+	// the wire showed the broker send all 40).
+	replay := collect(t, standby)
+	e.untilPastClientRace(t, afterReset, "0..39 after the reset to the start", func() bool { return len(replay.distinct()) >= 40 })
+	replay.stop()
+	if seqs := replay.seqsCopy(); seqs[0] != 0 {
+		t.Fatalf("after the reset to %+v the former standby got %v, want 0 first", first, seqs)
 	}
 }
 

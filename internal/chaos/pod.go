@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/agent/sidecar"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // group is one kind of consumer application: its pods share a subscription and a flow.
@@ -111,6 +111,7 @@ type processEnv struct {
 	sidecarGated      *atomic.Int64 // of gatedReceives, those of sidecar pods
 	sidecarLeaked     *atomic.Int64 // of those, handed over while the state held (within the bound)
 	adminRedirects    *atomic.Int64 // 307s to the owner's admin URL, rewritten to the proxy
+	clientLog         *testkit.ClientLog
 	nextInstance      func() int
 }
 
@@ -141,7 +142,7 @@ func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
 		}
 	}
 	if err == nil {
-		proc.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: env.serviceURL, Logger: log.DefaultNopLogger(),
+		proc.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: env.serviceURL, Logger: env.clientLog.Logger(),
 			OperationTimeout: 10 * time.Second})
 	}
 	if err == nil {

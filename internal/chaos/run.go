@@ -341,9 +341,13 @@ func (w *world) awaitDelivery(ctx context.Context, bound time.Duration) time.Dur
 		}
 		_ = sleepUntil(ctx, time.Now().Add(250*time.Millisecond))
 	}
+	var clientRace string
+	if n := w.clientLog.DroppedFrames(); n > 0 {
+		clientRace = fmt.Sprintf(" (the consumers' clients dropped %d frames for a consumer they no longer knew: pulsar-client-go's handler race, testkit.ClientLog)", n)
+	}
 	for _, g := range w.groups {
 		if n, examples := w.ledger.missing(g.subscription, g.topics); n > 0 {
-			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v", g.subscription, n, examples))
+			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v%s", g.subscription, n, examples, clientRace))
 		}
 	}
 	return time.Since(start)

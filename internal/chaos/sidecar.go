@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent"
@@ -92,7 +91,7 @@ func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 		return err
 	}
 	p.proxy.target.Store(ctl)
-	proc.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + data, Logger: log.DefaultNopLogger(),
+	proc.client, err = pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + data, Logger: env.clientLog.Logger(),
 		OperationTimeout: 10 * time.Second})
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testclock"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 	"github.com/subflow-dev/subflow/internal/wirerec"
 )
 
@@ -106,6 +107,9 @@ type world struct {
 	sidecarLeaked     atomic.Int64
 	sidecarPods       int // sidecar pods created
 	adminRedirects    atomic.Int64
+	// clientLog counts, over every consumer client, the frames dropped for a consumer the
+	// client no longer knew: a "lost" violation says whether pulsar-client-go's race may be it.
+	clientLog testkit.ClientLog
 
 	goroutinesAtStart map[string]int
 	podSerial         int
@@ -201,7 +205,7 @@ func (w *world) close() {
 func (w *world) processEnv() processEnv {
 	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: w.broker.adminURLs(), token: agentToken,
 		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, sidecarDeliveries: &w.sidecarDeliveries, sidecarGated: &w.sidecarGated, sidecarLeaked: &w.sidecarLeaked, adminRedirects: &w.adminRedirects,
-		nextInstance: func() int { return int(w.instances.Add(1)) }}
+		clientLog: &w.clientLog, nextInstance: func() int { return int(w.instances.Add(1)) }}
 }
 
 func (w *world) recordReset(r resetRecord) {
