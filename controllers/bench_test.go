@@ -164,8 +164,8 @@ func BenchmarkFullResync(b *testing.B) {
 		}
 		keys = append(keys, client.ObjectKeyFromObject(flow))
 	}
-	waitAllFlowsReady(b, ns, flows)
-	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(),
+	waitAllFlowsSynced(b, ns, flows, podsPerFlow)
+	r := &controllers.SubscriptionFlowReconciler{Client: cached, Scheme: k8s.Scheme(), Clock: clock,
 		Agents: controllers.NewHTTPAgentClient(5*time.Second, nil)}
 	passes := max(b.N, 3)
 	b.ResetTimer()
@@ -178,26 +178,32 @@ func BenchmarkFullResync(b *testing.B) {
 	b.ReportMetric(rssMiB(), "rss-MiB")
 }
 
-// waitAllFlowsReady waits for the running controller's own first pass, so that the measured
-// resync does not compete with it.
-func waitAllFlowsReady(b *testing.B, ns string, n int) {
+// waitAllFlowsSynced waits for the running controller's own first pass, so that the measured
+// resync does not compete with it: every flow reconciled at its generation and pushed to its
+// pods. Not Ready: the agents have no consumer of the flows' subscriptions, and a flow whose
+// subscription has no consumer is not Ready.
+func waitAllFlowsSynced(b *testing.B, ns string, n int, pods int32) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var list subflowv1.SubscriptionFlowList
 		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			b.Fatal(err)
 		}
-		ready := 0
+		synced := 0
+		var behind *subflowv1.SubscriptionFlow
 		for i := range list.Items {
-			if isTrue(&list.Items[i], subflowv1.ConditionReady) {
-				ready++
+			f := &list.Items[i]
+			if f.Status.ObservedGeneration == f.Generation && f.Status.Pods.Synced == pods {
+				synced++
+			} else if behind == nil {
+				behind = f
 			}
 		}
-		if ready == n {
+		if synced == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d flows Ready", ready, n)
+			b.Fatalf("%d of %d flows synced to their %d pods; %s is not: %+v", synced, n, pods, behind.Name, behind.Status)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

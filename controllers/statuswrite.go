@@ -37,9 +37,9 @@ func (w *statusWriters) get(n int) chan struct{} {
 // The write carries the resourceVersion read, as before: one computed from a copy that is no
 // longer the stored one (another controller wrote) is refused, so revision and
 // observedGeneration never go back, and a transition is announced only by the write that stored
-// it. Until the write ends, the flow's reconciles wait on the queue (writtenBook), so at most
-// one write per flow is in flight and the next reconcile starts from what it stored. A refused
-// write reconciles the flow again: soon after a conflict, after the flow's retry delay
+// it. Until the write ends, the flow's reconciles are deferred to its end (writtenBook), so at
+// most one write per flow is in flight and the next reconcile starts from what it stored. A
+// refused write reconciles the flow again: soon after a conflict, after the flow's retry delay
 // otherwise.
 func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, flow *subflowv1.SubscriptionFlow, seen []string) {
 	key := client.ObjectKeyFromObject(flow)
@@ -55,16 +55,20 @@ func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, fl
 		<-slots
 		switch {
 		case err == nil:
-			r.written.wrote(key, append(seen, stored.ResourceVersion), time.Now())
+			if r.written.wrote(key, append(seen, stored.ResourceVersion), time.Now()) {
+				r.reconcileAgain(ctx, key, 0)
+			}
 			r.emitEvents(stored, flow)
 		case apierrors.IsNotFound(err):
-			r.written.forget(key) // deleted meanwhile: its deletion reconciles it
+			if r.written.ended(key) { // deleted meanwhile: the deletion's reconcile was deferred
+				r.reconcileAgain(ctx, key, 0)
+			}
 		case apierrors.IsConflict(err):
-			r.written.forget(key)
+			r.written.ended(key)
 			log.V(1).Info("Status changed since it was read; reconciling again", "flow", klog.KObj(flow))
 			r.reconcileAgain(ctx, key, readAgainAfter)
 		default:
-			r.written.forget(key)
+			r.written.ended(key)
 			retry := r.retries.next(key)
 			log.Error(err, "Writing status; reconciling again", "flow", klog.KObj(flow), "after", retry)
 			r.reconcileAgain(ctx, key, retry)

@@ -134,6 +134,9 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.written.deferToWrite(req.NamespacedName) {
+		return ctrl.Result{}, nil // the write's end reconciles the flow again
+	}
 	if r.written.stale(req.NamespacedName, flow.ResourceVersion, time.Now()) {
 		return ctrl.Result{RequeueAfter: cacheRecheck}, nil
 	}

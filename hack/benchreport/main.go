@@ -131,7 +131,8 @@ func collect(o options) (BenchOutput, []PackageRun, error) {
 }
 
 // runOrResume runs one package's benchmarks, or with -resume reads them from their part. With
-// -parts, a run that passed is kept as its part.
+// -parts, a run that passed with results is kept as its part (an isolated benchmark's run in a
+// package without it has none, and takes seconds).
 func runOrResume(o options, pkg string, extra []string) (BenchOutput, PackageRun, error) {
 	if o.parts == "" {
 		out, run, _ := runPackage(o, pkg, extra, os.Stderr)
@@ -148,7 +149,7 @@ func runOrResume(o options, pkg string, extra []string) (BenchOutput, PackageRun
 		}
 	}
 	out, run, raw := runPackage(o, pkg, extra, os.Stderr)
-	if run.Failure == "" {
+	if run.Failure == "" && len(out.Results) > 0 {
 		if err := writePart(path, run.Measured, raw); err != nil {
 			return BenchOutput{}, PackageRun{}, err
 		}
