@@ -65,7 +65,7 @@ func (b *writtenBook) ended(key types.NamespacedName) (asked bool) {
 
 // deferToWrite tells whether a status write of the flow is in flight, and if so notes that a
 // reconcile waits for its end: the write's end reconciles the flow again. Polling instead
-// would keep every worker busy while many flows' writes queue (1000 flows created at once).
+// would keep a worker busy for as long as the write waits behind the others in flight.
 func (b *writtenBook) deferToWrite(key types.NamespacedName) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
