@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -347,7 +349,8 @@ func (w *world) awaitDelivery(ctx context.Context, bound time.Duration) time.Dur
 	}
 	for _, g := range w.groups {
 		if n, examples := w.ledger.missing(g.subscription, g.topics); n > 0 {
-			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v%s", g.subscription, n, examples, clientRace))
+			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v%s; the broker's consumers of %s: %s",
+				g.subscription, n, examples, clientRace, g.flowTopic, w.brokerConsumers(ctx, g.flowTopic, g.subscription)))
 		}
 	}
 	return time.Since(start)
@@ -482,4 +485,48 @@ func goroutineGrowth(before map[string]int, n int) string {
 		parts = append(parts, fmt.Sprintf("+%d %s", g.delta, g.fn))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// brokerConsumers says what the broker's topic stats say of each consumer of the subscription,
+// so that a "lost" violation names the consumer that holds unacknowledged messages it never
+// handed on (its name carries the pod's).
+func (w *world) brokerConsumers(ctx context.Context, topic, subscription string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	url := w.broker.adminURLs()[0] + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var stats struct {
+		Subscriptions map[string]struct {
+			Consumers []struct {
+				ConsumerName     string `json:"consumerName"`
+				AvailablePermits int64  `json:"availablePermits"`
+				UnackedMessages  int64  `json:"unackedMessages"`
+				MsgOutCounter    int64  `json:"msgOutCounter"`
+			} `json:"consumers"`
+		} `json:"subscriptions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+		return fmt.Sprintf("%s: %s: %v", url, resp.Status, err)
+	}
+	sidecars := map[string]bool{}
+	for _, p := range w.pods {
+		sidecars[p.name] = p.sidecar
+	}
+	var out []string
+	for _, c := range stats.Subscriptions[subscription].Consumers {
+		kind := "agent"
+		if pod, _, _ := strings.Cut(c.ConsumerName, "-i"); sidecars[pod] {
+			kind = "sidecar"
+		}
+		out = append(out, fmt.Sprintf("%s (%s) unacked=%d permits=%d out=%d", c.ConsumerName, kind, c.UnackedMessages, c.AvailablePermits, c.MsgOutCounter))
+	}
+	return "[" + strings.Join(out, "; ") + "]"
 }
