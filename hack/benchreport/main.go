@@ -141,11 +141,12 @@ func runOrResume(o options, pkg string, extra []string) (BenchOutput, PackageRun
 	path := partPath(o.parts, pkg, extra)
 	if o.resume {
 		out, run, ok, err := readPart(path, pkg)
-		if err != nil || ok {
-			if ok {
-				fmt.Fprintf(os.Stderr, "benchreport: %s %s: read from %s (measured %s)\n", pkg, strings.Join(extra, " "), path, run.Measured)
-			}
-			return out, run, err
+		if err != nil {
+			return BenchOutput{}, PackageRun{}, err
+		}
+		if ok {
+			fmt.Fprintf(os.Stderr, "benchreport: %s %s: read from %s (measured %s)\n", pkg, strings.Join(extra, " "), path, run.Measured)
+			return out, run, nil
 		}
 	}
 	out, run, raw := runPackage(o, pkg, extra, os.Stderr)

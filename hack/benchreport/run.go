@@ -86,8 +86,9 @@ func runPackage(o options, pkg string, extra []string, progress io.Writer) (Benc
 	cmd.Stderr = progress
 	err := cmd.Run()
 	fmt.Fprintf(progress, "benchreport: %s done in %s\n", pkg, time.Since(start).Round(time.Second))
-	raw := bytes.Clone(captured.Bytes())
-	out, parseErr := parseBenchOutput(&captured, pkg)
+	// Parsed from a reader over the bytes, so that the failure line below still sees them.
+	raw := captured.Bytes()
+	out, parseErr := parseBenchOutput(bytes.NewReader(raw), pkg)
 	run := PackageRun{Package: pkg, Measured: time.Now().UTC().Format(dateLayout) + " at " + commit()}
 	switch {
 	case err != nil:

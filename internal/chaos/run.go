@@ -491,7 +491,8 @@ func goroutineGrowth(before map[string]int, n int) string {
 // so that a "lost" violation names the consumer that holds unacknowledged messages it never
 // handed on (its name carries the pod's).
 func (w *world) brokerConsumers(ctx context.Context, topic, subscription string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Not cancelled with the run: a drain cut short is when the report needs it most.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	url := w.broker.adminURLs()[0] + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -503,6 +504,9 @@ func (w *world) brokerConsumers(ctx context.Context, topic, subscription string)
 		return err.Error()
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return url + ": " + resp.Status
+	}
 	var stats struct {
 		Subscriptions map[string]struct {
 			Consumers []struct {
