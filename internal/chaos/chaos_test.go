@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,9 +22,18 @@ func TestShortRun(t *testing.T) {
 	var out strings.Builder
 	cfg := Config{Seed: seed, Ops: 120, Messages: 10000, Pods: 10, Duration: 80 * time.Second, Out: &out}
 	brokerFromEnv(t, &cfg)
+	// The operation trace, with what the sidecars logged, goes to the output at once with -v
+	// and otherwise with a failure only: a CI run that fails carries what led to it.
+	trace := &lockedBuffer{}
+	cfg.Verbose = trace
 	if testing.Verbose() {
 		cfg.Verbose = os.Stdout
 	}
+	defer func() {
+		if t.Failed() && !testing.Verbose() {
+			t.Log("operation trace:\n" + trace.String())
+		}
+	}()
 	rep, err := Run(context.Background(), cfg)
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -42,6 +52,24 @@ func TestShortRun(t *testing.T) {
 		t.Fatalf("the sidecar pods were not exercised: %d pods, %d deliveries, paused or stopped %d times, resumed %d times, %d FLOWs checked",
 			rep.SidecarPods, rep.SidecarDeliveries, rep.SidecarGated, rep.SidecarResumed, rep.SidecarFlowsChecked)
 	}
+}
+
+// lockedBuffer is a buffer the run's goroutines may write to at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func sum(m map[string]int) int {

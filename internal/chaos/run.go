@@ -27,7 +27,8 @@ type Config struct {
 	Converge time.Duration
 	// Drain bounds the wait, after the final Running, for every message to be delivered.
 	Drain time.Duration
-	// Out receives the report; Verbose, when set, every operation as it is applied.
+	// Out receives the report; Verbose, when set, every operation as it is applied, what the
+	// sidecar pods log (Info and above) and the consumers' clients' warnings and errors.
 	Out, Verbose io.Writer
 	// ServiceURL (pulsar://host:port) and AdminURL (http://host:port) name a real Pulsar
 	// broker to run on, in a namespace new to the run; both empty, the run starts the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -73,7 +74,7 @@ type spanKey struct {
 func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 	// Start-gated as the agent pods are, so a restarted pod meets the rules before any permit.
 	sc, err := sidecar.New(sidecar.Options{BrokerURL: env.serviceURL, ListenAddr: "127.0.0.1:0", StrictPause: true,
-		StartGated: true, SyncTimeout: 3 * time.Second, Name: p.name, Logger: logr.Discard()})
+		StartGated: true, SyncTimeout: 3 * time.Second, Name: p.name, Logger: env.sidecarLogger(p.name)})
 	if err != nil {
 		return err
 	}
@@ -97,6 +98,16 @@ func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 		return err
 	}
 	return proc.subscribeApp(env, p)
+}
+
+// sidecarLogger is where a sidecar logs: the verbose trace, so that a violation can be read
+// next to what the sidecar saw (a connection closed, a refused re-subscribe), or nowhere.
+func (env processEnv) sidecarLogger(pod string) logr.Logger {
+	if env.verbose == nil {
+		return logr.Discard()
+	}
+	h := slog.NewTextHandler(env.verbose, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return logr.FromSlogHandler(h).WithValues("sidecarPod", pod)
 }
 
 // serve runs serve on a loopback listener until the process stops and returns its address.

@@ -128,6 +128,7 @@ func newWorld(cfg Config) (*world, error) {
 	ctrl.SetLogger(logr.Discard())
 	w := &world{cfg: cfg, clock: testclock.ShiftedFrom(clockStart), ledger: newLedger(), start: time.Now(),
 		count: map[string]int{}}
+	w.clientLog.Trace = cfg.Verbose
 	w.mon = newMonitor(w)
 	env, restCfg, err := testenv.Start()
 	if err != nil {
@@ -205,7 +206,7 @@ func (w *world) close() {
 func (w *world) processEnv() processEnv {
 	return processEnv{serviceURL: w.wire.ServiceURL(), adminURLs: w.broker.adminURLs(), token: agentToken,
 		faults: &w.faults, ledger: w.ledger, onReset: w.recordReset, onViolation: w.violate, gatedReceives: &w.gatedReceives, sidecarDeliveries: &w.sidecarDeliveries, sidecarGated: &w.sidecarGated, sidecarLeaked: &w.sidecarLeaked, adminRedirects: &w.adminRedirects,
-		clientLog: &w.clientLog, nextInstance: func() int { return int(w.instances.Add(1)) }}
+		clientLog: &w.clientLog, nextInstance: func() int { return int(w.instances.Add(1)) }, verbose: w.cfg.Verbose}
 }
 
 func (w *world) recordReset(r resetRecord) {
