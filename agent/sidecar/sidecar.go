@@ -394,7 +394,7 @@ func (s *Sidecar) forgetDetachesOf(c *conn) {
 // handleCloseConsumer), so a re-subscribe whose lookup came back in between would have its
 // new handler removed and stall; the lookup is the first step of every re-subscribe, and the
 // client answers the PING after the close only once that close is handled. It waits at most
-// detachTimeout, so a client that does not answer holds nobody for long.
+// detachTimeout in all, however many clients do not answer, so none holds anybody for long.
 func (s *Sidecar) awaitDetaches() {
 	s.mu.Lock()
 	pending := make(map[chan struct{}]*conn, len(s.detaching))
@@ -407,11 +407,15 @@ func (s *Sidecar) awaitDetaches() {
 	}
 	deadline := time.NewTimer(detachTimeout)
 	defer deadline.Stop()
+	expired := false // a timer fires once: past it, nobody is waited for
 	for pong, c := range pending {
-		select {
-		case <-pong:
-		case <-c.done:
-		case <-deadline.C:
+		if !expired {
+			select {
+			case <-pong:
+			case <-c.done:
+			case <-deadline.C:
+				expired = true
+			}
 		}
 		s.mu.Lock()
 		delete(s.detaching, pong)

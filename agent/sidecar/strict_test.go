@@ -173,3 +173,25 @@ func needStrictGoClient(t *testing.T) {
 		}
 	}
 }
+
+// A lookup answer waits at most detachTimeout in all for the clients a strict pause closed,
+// however many of them never answer their PING: before, the timer that bounded the wait
+// fired for the first such client only, and the lookup waited for the second one for good.
+func TestLookupHoldIsBoundedWhenSeveralClientsNeverAnswer(t *testing.T) {
+	s := &Sidecar{detaching: map[chan struct{}]*conn{}}
+	for range 3 {
+		s.detached(make(chan struct{}), &conn{done: make(chan struct{})}) // never answered, never closed
+	}
+	returned := make(chan struct{})
+	go func() { s.awaitDetaches(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(10 * detachTimeout):
+		t.Fatalf("the lookup answer was still held after %v", 10*detachTimeout)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.detaching) != 0 {
+		t.Errorf("%d detaches still recorded after the wait", len(s.detaching))
+	}
+}
