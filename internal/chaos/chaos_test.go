@@ -22,8 +22,9 @@ func TestShortRun(t *testing.T) {
 	var out strings.Builder
 	cfg := Config{Seed: seed, Ops: 120, Messages: 10000, Pods: 10, Duration: 80 * time.Second, Out: &out}
 	brokerFromEnv(t, &cfg)
-	// The operation trace, with what the sidecars logged, goes to the output at once with -v
-	// and otherwise with a failure only: a CI run that fails carries what led to it.
+	// The operation trace, with what the sidecars and the consumers' clients logged, goes to
+	// the output at once with -v and otherwise with a failure only: a CI run that fails
+	// carries what led to it.
 	trace := &lockedBuffer{}
 	cfg.Verbose = trace
 	if testing.Verbose() {

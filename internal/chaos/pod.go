@@ -114,7 +114,7 @@ type processEnv struct {
 	adminRedirects    *atomic.Int64 // 307s to the owner's admin URL, rewritten to the proxy
 	clientLog         *testkit.ClientLog
 	nextInstance      func() int
-	verbose           io.Writer // the run's operation trace, when verbose; sidecars log there too
+	verbose           io.Writer // where the operation trace goes (Config.Verbose), if anywhere; sidecars log there too
 }
 
 func startProcess(env processEnv, p *simPod) (*agentProcess, error) {

@@ -100,7 +100,7 @@ func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 	return proc.subscribeApp(env, p)
 }
 
-// sidecarLogger is where a sidecar logs: the verbose trace, so that a violation can be read
+// sidecarLogger is where a sidecar logs: the operation trace, so that a violation can be read
 // next to what the sidecar saw (a connection closed, a refused re-subscribe), or nowhere.
 func (env processEnv) sidecarLogger(pod string) logr.Logger {
 	if env.verbose == nil {
