@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -165,22 +164,4 @@ func setStatus(t *testing.T, ns, name string, change func(*subflowv1.Subscriptio
 func condition(condType string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: condType, Status: status, Reason: reason, Message: message,
 		LastTransitionTime: metav1.NewTime(time.Now().Add(-5 * time.Minute).Truncate(time.Second))}
-}
-
-// syncBuffer lets a test read what a command running in another goroutine has written so far.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -14,9 +14,9 @@ import (
 )
 
 // startWait runs `wait` in the background; the returned function waits for its result.
-func startWait(t *testing.T, args ...string) (stderr *syncBuffer, finished func() result) {
+func startWait(t *testing.T, args ...string) (stderr *testkit.LockedBuffer, finished func() result) {
 	t.Helper()
-	stderr = &syncBuffer{}
+	stderr = &testkit.LockedBuffer{}
 	done := make(chan result, 1)
 	go func() {
 		var stdout bytes.Buffer

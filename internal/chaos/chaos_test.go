@@ -5,9 +5,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // TestShortRun is the CI run: a fixed seed (CHAOS_SEED overrides it), at least 10k messages
@@ -25,7 +26,7 @@ func TestShortRun(t *testing.T) {
 	// The operation trace, with what the sidecars and the consumers' clients logged, goes to
 	// the output at once with -v and otherwise with a failure only: a CI run that fails
 	// carries what led to it.
-	trace := &lockedBuffer{}
+	trace := &testkit.LockedBuffer{}
 	cfg.Verbose = trace
 	if testing.Verbose() {
 		cfg.Verbose = os.Stdout
@@ -53,24 +54,6 @@ func TestShortRun(t *testing.T) {
 		t.Fatalf("the sidecar pods were not exercised: %d pods, %d deliveries, paused or stopped %d times, resumed %d times, %d FLOWs checked",
 			rep.SidecarPods, rep.SidecarDeliveries, rep.SidecarGated, rep.SidecarResumed, rep.SidecarFlowsChecked)
 	}
-}
-
-// lockedBuffer is a buffer the run's goroutines may write to at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func sum(m map[string]int) int {
