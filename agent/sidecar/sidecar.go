@@ -405,17 +405,14 @@ func (s *Sidecar) awaitDetaches() {
 	if len(pending) == 0 {
 		return
 	}
-	deadline := time.NewTimer(detachTimeout)
-	defer deadline.Stop()
-	expired := false // a timer fires once: past it, nobody is waited for
+	// One deadline for all: its Done channel, once closed, stays closed.
+	deadline, cancel := context.WithTimeout(context.Background(), detachTimeout)
+	defer cancel()
 	for pong, c := range pending {
-		if !expired {
-			select {
-			case <-pong:
-			case <-c.done:
-			case <-deadline.C:
-				expired = true
-			}
+		select {
+		case <-pong:
+		case <-c.done:
+		case <-deadline.Done():
 		}
 		s.mu.Lock()
 		delete(s.detaching, pong)

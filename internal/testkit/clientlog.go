@@ -2,12 +2,9 @@ package testkit
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/apache/pulsar-client-go/pulsar/log"
@@ -26,57 +23,48 @@ import (
 // lookup round trip this takes. A wait for messages that do not come can tell this apart
 // from a fault of its own by asking DroppedFrames.
 //
-// With Trace set, every warning and error the client logs is written there too, as a line of
-// text (the chaos run's trace: a consumer the client gave up reconnecting says why).
+// With Trace set, every warning and error the client logs is written there too, as slog text
+// (the chaos run's trace: a consumer the client gave up reconnecting says why).
 type ClientLog struct {
 	Trace   io.Writer
 	dropped atomic.Int64
-	mu      sync.Mutex // serialises the lines written to Trace
 }
 
 // Logger is what ClientOptions.Logger takes.
 func (l *ClientLog) Logger() log.Logger {
-	return log.NewLoggerWithSlog(slog.New(clientLogHandler{log: l}))
+	var next slog.Handler = slog.DiscardHandler
+	if l.Trace != nil {
+		next = slog.NewTextHandler(l.Trace, &slog.HandlerOptions{Level: slog.LevelWarn}).WithAttrs([]slog.Attr{slog.String("from", "client")})
+	}
+	return log.NewLoggerWithSlog(slog.New(clientLogHandler{log: l, next: next}))
 }
 
 // DroppedFrames is how many MESSAGE frames the client dropped for an unknown consumer id.
 func (l *ClientLog) DroppedFrames() int64 { return l.dropped.Load() }
 
+// clientLogHandler counts the dropped frames and hands every warning and error on to next.
 type clientLogHandler struct {
-	log   *ClientLog
-	attrs []slog.Attr // the logger's fields: topic, subscription, consumer name
+	log  *ClientLog
+	next slog.Handler
 }
 
 func (h clientLogHandler) Enabled(_ context.Context, level slog.Level) bool {
 	return level >= slog.LevelWarn
 }
 
-func (h clientLogHandler) Handle(_ context.Context, r slog.Record) error {
+func (h clientLogHandler) Handle(ctx context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, "Got unexpected message") {
 		h.log.dropped.Add(1)
 	}
-	if h.log.Trace == nil {
-		return nil
-	}
-	var line strings.Builder
-	fmt.Fprintf(&line, "%s client %s %s", r.Time.Format("15:04:05.000"), r.Level, r.Message)
-	for _, a := range h.attrs {
-		fmt.Fprintf(&line, " %s=%v", a.Key, a.Value)
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&line, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	line.WriteByte('\n')
-	h.log.mu.Lock()
-	defer h.log.mu.Unlock()
-	_, err := io.WriteString(h.log.Trace, line.String())
-	return err
+	return h.next.Handle(ctx, r)
 }
 
 func (h clientLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	h.attrs = append(slices.Clip(h.attrs), attrs...)
+	h.next = h.next.WithAttrs(attrs)
 	return h
 }
 
-func (h clientLogHandler) WithGroup(string) slog.Handler { return h }
+func (h clientLogHandler) WithGroup(name string) slog.Handler {
+	h.next = h.next.WithGroup(name)
+	return h
+}
