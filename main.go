@@ -38,11 +38,13 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address net/http/pprof binds to, for profiling; 0 (default) disables it.")
 	var resync, pushTimeout, backlogLead, rotationGrace time.Duration
-	var parallelism, workers int
+	var parallelism, workers, statusWrites int
 	flag.DurationVar(&resync, "resync", controllers.DefaultResync, "Period of the fallback push to every agent.")
 	flag.DurationVar(&pushTimeout, "push-timeout", controllers.DefaultPushTimeout, "Timeout of one push to one agent.")
 	flag.IntVar(&parallelism, "push-parallelism", controllers.DefaultParallelism, "Concurrent pushes per flow.")
 	flag.IntVar(&workers, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "Flows reconciled at once.")
+	flag.IntVar(&statusWrites, "max-concurrent-status-writes", controllers.DefaultMaxConcurrentStatusWrites,
+		"Status writes in flight; below the workers, so that pushes come before reports when many flows change at once.")
 	flag.DurationVar(&backlogLead, "backlog-warning-lead-time", controllers.DefaultBacklogLeadTime,
 		"How long before the broker's retention would delete a halted flow's waiting messages BacklogAtRisk turns True.")
 	flag.DurationVar(&rotationGrace, "token-rotation-grace", controllers.DefaultTokenRotationGrace,
@@ -129,16 +131,17 @@ func main() {
 		os.Exit(1)
 	}
 	reconciler := &controllers.SubscriptionFlowReconciler{
-		Client:                  mgr.GetClient(),
-		Scheme:                  mgr.GetScheme(),
-		Agents:                  controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
-		Clock:                   clock.RealClock{},
-		Recorder:                mgr.GetEventRecorder("subflow-controller"),
-		Resync:                  resync,
-		Parallelism:             parallelism,
-		MaxConcurrentReconciles: workers,
-		BacklogLeadTime:         backlogLead,
-		TokenRotationGrace:      rotationGrace,
+		Client:                    mgr.GetClient(),
+		Scheme:                    mgr.GetScheme(),
+		Agents:                    controllers.NewHTTPAgentClient(pushTimeout, agentTLS),
+		Clock:                     clock.RealClock{},
+		Recorder:                  mgr.GetEventRecorder("subflow-controller"),
+		Resync:                    resync,
+		Parallelism:               parallelism,
+		MaxConcurrentReconciles:   workers,
+		MaxConcurrentStatusWrites: statusWrites,
+		BacklogLeadTime:           backlogLead,
+		TokenRotationGrace:        rotationGrace,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")

@@ -48,6 +48,7 @@ var nonDefault = []string{
 	"replicaCount=2",
 	"webhook.sidecarImage=team/subflow-sidecar:v1.2.3",
 	"controller.resync=2m",
+	"controller.maxConcurrentStatusWrites=2",
 	"controller.logLevel=debug",
 }
 
@@ -287,7 +288,7 @@ func TestRenderNonDefault(t *testing.T) {
 	if image != "team/subflow-controller:v1.2.3" {
 		t.Errorf("image %q", image)
 	}
-	for _, arg := range []string{"--webhook-certs=files", "--sidecar-image=team/subflow-sidecar:v1.2.3", "--resync=2m", "--zap-log-level=debug"} {
+	for _, arg := range []string{"--webhook-certs=files", "--sidecar-image=team/subflow-sidecar:v1.2.3", "--resync=2m", "--max-concurrent-status-writes=2", "--zap-log-level=debug"} {
 		if !slices.Contains(args, arg) {
 			t.Errorf("args %v lack %s", args, arg)
 		}

@@ -18,9 +18,8 @@ import (
 // statusWriteTimeout bounds one status write; the flow's next reconcile waits for it to end.
 const statusWriteTimeout = 30 * time.Second
 
-// statusWriters bounds the status writes in flight to the number of workers, so that the API
-// server sees no more concurrent writes than when the workers wrote status themselves. Made
-// when first used, so that a reconciler built as a struct literal has one too.
+// statusWriters bounds the status writes in flight (--max-concurrent-status-writes). Made when
+// first used, so that a reconciler built as a struct literal has one too.
 type statusWriters struct {
 	once  sync.Once
 	slots chan struct{}
@@ -44,7 +43,7 @@ func (w *statusWriters) get(n int) chan struct{} {
 func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, flow *subflowv1.SubscriptionFlow, seen []string) {
 	key := client.ObjectKeyFromObject(flow)
 	log := ctrl.LoggerFrom(ctx)
-	slots := r.statusWrites.get(cmp.Or(r.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles))
+	slots := r.statusWrites.get(cmp.Or(r.MaxConcurrentStatusWrites, DefaultMaxConcurrentStatusWrites))
 	r.written.writing(key)
 	go func() {
 		slots <- struct{}{}

@@ -43,6 +43,9 @@ var targets = []Target{
 	// Fleet scale (issue 23): the controller in its own process, fake agents (internal/fleetbench).
 	{Text: "Fleet: 100 flows x 10 pods patched together, every agent Paused, p99 <= 1 s", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Fleet: 100 flows x 10 pods through the fleet switch (kubectl subflow pause -l -A), every agent Paused, p99 <= 1 s", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10,switch$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Fleet: 100 x 10, the input alone: the API server answered the 100 patches, p99 (context: the floor under the row above on this machine)", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10$`, Unit: "patched-p99-ms"},
+	{Text: "Fleet: 100 x 10, the controller's share: a flow's patch answered to its last agent told, p99 (context)", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10$`, Unit: "flow-lag-p99-ms"},
+	{Text: "Fleet: 100 x 10, every flow's status reported Paused, p99 (context)", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10(,switch)?$`, Unit: "reported-p99-ms"},
 	{Text: "Fleet: 1 flow x 100 pods, every agent Paused, p99 <= 100 ms", Benchmark: `^BenchmarkFleetPause/flows=1,pods=100$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 100},
 	{Text: "Fleet: 1 flow x 1000 pods, every agent Paused, p99 <= 250 ms", Benchmark: `^BenchmarkFleetPause/flows=1,pods=1000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Fleet: 1 flow x 10 000 agents, every agent Paused, p99 <= 2 s", Benchmark: `^BenchmarkFleetPause/flows=1,pods=10000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 2000},

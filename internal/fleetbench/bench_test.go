@@ -109,6 +109,7 @@ type samples struct {
 	all, per []time.Duration
 	patched  []time.Duration // until the last flow's patch was answered (the plugin exited)
 	lags     []time.Duration // per flow, its patch answered to its last agent told
+	reported []time.Duration // until every flow's status showed the state
 	delta    Metrics
 	rounds   int
 	rss, hwm float64
@@ -166,8 +167,8 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 	round(b, w)
 	before, err := ctrl.Scrape()
 	must(b, err)
-	stopProfile := profile(b, ctrl, v, blk)
-	w.ctrlPid, w.cpuTimed, w.patched, w.lags = ctrl.Pid(), Metrics{}, nil, nil
+	stopProfile := profile(b, w, ctrl, v, blk)
+	w.ctrlPid, w.cpuTimed, w.patched, w.lags, w.reported = ctrl.Pid(), Metrics{}, nil, nil, nil
 	start := time.Now()
 	for i := range n {
 		if budget > 0 && i > 0 && time.Since(start) > budget {
@@ -179,6 +180,7 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 	}
 	got.addDelta(w.cpuTimed)
 	got.patched, got.lags = append(got.patched, w.patched...), append(got.lags, w.lags...)
+	got.reported = append(got.reported, w.reported...)
 	after, err := ctrl.Scrape()
 	must(b, err)
 	got.addDelta(Delta(before, after))
@@ -188,22 +190,26 @@ func runBlock(b *testing.B, w *world, s shape, v variant, blk, n int, budget tim
 	stopProfile()
 }
 
-// profile starts a CPU profile of the first block when FLEETBENCH_PROFILE_DIR is set; the
-// returned function waits for it and saves a heap profile.
-func profile(b *testing.B, ctrl *Controller, v variant, blk int) func() {
+// profile starts CPU profiles of the controller and the API server in the first block when
+// FLEETBENCH_PROFILE_DIR is set; the returned function waits for them and saves the controller's
+// heap profile.
+func profile(b *testing.B, w *world, ctrl *Controller, v variant, blk int) func() {
 	dir := os.Getenv("FLEETBENCH_PROFILE_DIR")
 	if dir == "" || blk > 0 {
 		return func() {}
 	}
 	base := filepath.Join(dir, safe(b.Name())+"-"+v.name)
 	seconds := envInt("FLEETBENCH_PROFILE_SECONDS", 20)
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() {
 		done <- ctrl.Profile(context.Background(), fmt.Sprintf("profile?seconds=%d", seconds), base+".cpu.pprof")
 	}()
+	go func() { done <- w.apiServerProfile(seconds, base+".apiserver.cpu.pprof") }()
 	return func() {
-		if err := <-done; err != nil {
-			b.Logf("cpu profile: %v", err)
+		for range 2 {
+			if err := <-done; err != nil {
+				b.Logf("cpu profile: %v", err)
+			}
 		}
 		if err := ctrl.Profile(context.Background(), "heap", base+".heap.pprof"); err != nil {
 			b.Logf("heap profile: %v", err)
@@ -227,6 +233,10 @@ func report(b *testing.B, vs []variant, got map[string]*samples, withPer bool) {
 		if len(s.patched) > 0 {
 			b.ReportMetric(testkit.Millis(testkit.Percentile(s.patched, 50)), v.unit("patched-p50-ms"))
 			b.ReportMetric(testkit.Millis(testkit.Percentile(s.patched, 99)), v.unit("patched-p99-ms"))
+		}
+		if len(s.reported) > 0 {
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.reported, 50)), v.unit("reported-p50-ms"))
+			b.ReportMetric(testkit.Millis(testkit.Percentile(s.reported, 99)), v.unit("reported-p99-ms"))
 		}
 		if len(s.lags) > 0 {
 			b.ReportMetric(testkit.Millis(testkit.Percentile(s.lags, 50)), v.unit("flow-lag-p50-ms"))
@@ -296,7 +306,9 @@ func patchRound(s shape) roundFunc {
 	return func(b *testing.B, w *world) ([]time.Duration, time.Duration) {
 		var per []time.Duration
 		var all time.Duration
+		reported := w.watchReported(b, subflowv1.StatePaused, s.hanging > 0)
 		w.timed(func(start time.Time) {
+			defer func() { w.reported = append(w.reported, reported(2*time.Minute).Sub(start)) }()
 			w.patchAll(b, `{"spec":{"state":"Paused"}}`)
 			w.patched = append(w.patched, time.Since(start))
 			per, all = w.awaitTold(b, protocol.Paused, start, 2*time.Minute)
@@ -316,7 +328,9 @@ func switchRound(s shape, plugin string) roundFunc {
 		var per []time.Duration
 		var all time.Duration
 		w.answered = nil // the plugin's own
+		reported := w.watchReported(b, subflowv1.StatePaused, s.hanging > 0)
 		w.timed(func(start time.Time) {
+			defer func() { w.reported = append(w.reported, reported(2*time.Minute).Sub(start)) }()
 			cmd := exec.Command(plugin, "pause", "-l", "db=orders", "-A", "--reason", "fleetbench")
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -450,7 +464,7 @@ func resyncPass(b *testing.B, w *world, s shape, v variant, tag string, got *sam
 	cpuBefore, passStart := sampleCPU(ctrl.Pid()), time.Now()
 	stopProfile := func() {}
 	if tag == "0-0" {
-		stopProfile = profile(b, ctrl, v, 0)
+		stopProfile = profile(b, w, ctrl, v, 0)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	var firstAny, last time.Time

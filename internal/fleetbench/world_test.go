@@ -14,8 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -45,6 +48,8 @@ type flowRef struct {
 // world is one envtest control plane with a fleet of fake agents, their Pod objects and flows.
 type world struct {
 	c          client.Client
+	wc         client.WithWatch
+	cfg        *rest.Config // the API server's, with admin credentials
 	kubeconfig string
 	dir        string
 	fleet      *Fleet
@@ -58,6 +63,8 @@ type world struct {
 	// plugin patched it); lags are each flow's last agent told, from then: the controller's share.
 	answered []time.Time
 	lags     []time.Duration
+	// reported are per round, until every flow's status showed the state (watched).
+	reported []time.Duration
 }
 
 // timed runs the timed part of a round, adding the CPU each process used meanwhile.
@@ -90,11 +97,11 @@ func newWorld(b *testing.B, s shape) *world {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = subflowv1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := &world{c: c, dir: b.TempDir()}
+	w := &world{c: c, wc: c, cfg: cfg, dir: b.TempDir()}
 	w.kubeconfig = filepath.Join(w.dir, "kubeconfig")
 	if err := testenv.WriteKubeconfig(w.kubeconfig, cfg); err != nil {
 		b.Fatal(err)
@@ -269,10 +276,7 @@ func (w *world) awaitSettled(b *testing.B, want subflowv1.FlowState, hanging boo
 		must(b, w.c.List(context.Background(), &list))
 		settled := 0
 		for i := range list.Items {
-			f := &list.Items[i]
-			ready := meta.IsStatusConditionTrue(f.Status.Conditions, subflowv1.ConditionReady)
-			if f.Status.ObservedGeneration == f.Generation && f.Status.EffectiveState == want && (ready || hanging) &&
-				int(f.Status.Pods.Synced) >= len(w.flowByKey(f)) {
+			if w.settled(&list.Items[i], want, hanging) {
 				settled++
 			}
 		}
@@ -283,6 +287,57 @@ func (w *world) awaitSettled(b *testing.B, want subflowv1.FlowState, hanging boo
 			b.Fatalf("%d of %d flows settled at %s within %s", settled, len(w.flows), want, timeout)
 		}
 		time.Sleep(100 * time.Millisecond) // untimed; a LIST of every flow is not cheap for the API server
+	}
+}
+
+// settled tells whether f's status shows its current generation at effective state want, its
+// healthy agents synced, and Ready (or, with hanging pods, not Ready only because of them).
+func (w *world) settled(f *subflowv1.SubscriptionFlow, want subflowv1.FlowState, hanging bool) bool {
+	ready := meta.IsStatusConditionTrue(f.Status.Conditions, subflowv1.ConditionReady)
+	return f.Status.ObservedGeneration == f.Generation && f.Status.EffectiveState == want && (ready || hanging) &&
+		int(f.Status.Pods.Synced) >= len(w.flowByKey(f))
+}
+
+// watchReported watches every flow from now on, noting when each one's status settled at want
+// (see settled), and returns a function that waits for the last one. A watch, not a poll: its
+// times are exact and it costs the API server nothing per poll.
+func (w *world) watchReported(b *testing.B, want subflowv1.FlowState, hanging bool) func(timeout time.Duration) time.Time {
+	b.Helper()
+	var list subflowv1.SubscriptionFlowList
+	must(b, w.c.List(context.Background(), &list))
+	// The API server closes a watch that reads too slowly for a burst; a retry watcher resumes it.
+	watcher, err := watchtools.NewRetryWatcherWithContext(context.Background(), list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return w.wc.Watch(ctx, &subflowv1.SubscriptionFlowList{}, &client.ListOptions{Raw: &opts})
+		},
+	})
+	must(b, err)
+	var last time.Time
+	done := make(chan int, 1) // the flows reported
+	go func() {
+		at := map[types.NamespacedName]bool{}
+		for ev := range watcher.ResultChan() {
+			f, isFlow := ev.Object.(*subflowv1.SubscriptionFlow)
+			if !isFlow {
+				continue
+			}
+			if key := client.ObjectKeyFromObject(f); !at[key] && w.settled(f, want, hanging) {
+				at[key], last = true, time.Now()
+				if len(at) == len(w.flows) {
+					break
+				}
+			}
+		}
+		done <- len(at)
+	}()
+	return func(timeout time.Duration) time.Time {
+		timer := time.AfterFunc(timeout, watcher.Stop)
+		defer timer.Stop()
+		defer watcher.Stop()
+		if n := <-done; n < len(w.flows) {
+			b.Fatalf("%d of %d flows reported %s within %s", n, len(w.flows), want, timeout)
+		}
+		return last
 	}
 }
 
@@ -318,4 +373,20 @@ func startEnv() (*envtest.Environment, *rest.Config, error) {
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{dir}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	return env, cfg, err
+}
+
+// apiServerProfile saves the API server's CPU profile of the next seconds (its /debug/pprof,
+// on by default), to see what a round costs it.
+func (w *world) apiServerProfile(seconds int, path string) error {
+	cfg := rest.CopyConfig(w.cfg)
+	cfg.NegotiatedSerializer, cfg.Timeout = clientgoscheme.Codecs.WithoutConversion(), time.Duration(seconds+30)*time.Second
+	rc, err := rest.UnversionedRESTClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	body, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(seconds)).DoRaw(context.Background())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
