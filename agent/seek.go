@@ -88,19 +88,20 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 }
 
 // ResetByIndex is SeekPartitionsByIndex for a subscription whose consumers are not this
-// agent's (the protocol sidecar's): it resolves every index on topic, then resets the
-// subscription's cursors through the admin API, and does nothing else. The broker disconnects
-// the subscription's consumers on a reset (on Exclusive and Failover the active one), so they
-// subscribe again and are delivered from the new cursors; unlike an agent.Consumer's seek,
-// messages before a target inside its batch entry are delivered too, and what a client had
-// buffered from before the reset may still reach its application.
-func (a *Agent) ResetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex) (*SeekResult, error) {
-	res, err := a.resetByIndex(ctx, topic, subscription, targets)
+// agent's (the protocol sidecar's): it resolves every index on topic, calls beforeReset (if
+// not nil) with the positions the cursors are about to take, then resets the subscription's
+// cursors through the admin API. The broker disconnects the subscription's consumers on a
+// reset (on Exclusive and Failover the active one), so they subscribe again and are delivered
+// from the new cursors; beforeReset is the caller's chance to get ready for that, as the
+// sidecar does to cut the target's batch entry. What a client had buffered from before the
+// reset may still reach its application.
+func (a *Agent) ResetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex, beforeReset func([]protocol.SeekPosition)) (*SeekResult, error) {
+	res, err := a.resetByIndex(ctx, topic, subscription, targets, beforeReset)
 	a.logSeek(a.log.WithValues("topic", topic, "subscription", subscription), res, err)
 	return res, err
 }
 
-func (a *Agent) resetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex) (*SeekResult, error) {
+func (a *Agent) resetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex, beforeReset func([]protocol.SeekPosition)) (*SeekResult, error) {
 	if a.admin == nil {
 		return nil, ErrNoAdminURL
 	}
@@ -115,6 +116,13 @@ func (a *Agent) resetByIndex(ctx context.Context, topic, subscription string, ta
 	plan, result, err := a.resolveSeek(ctx, full, partitions, targets)
 	if err != nil {
 		return result, err
+	}
+	if beforeReset != nil {
+		positions := make([]protocol.SeekPosition, len(plan))
+		for i, step := range plan {
+			positions[i] = step.seekPosition()
+		}
+		beforeReset(positions)
 	}
 	moved, failures, errs := a.resetCursors(ctx, subscription, plan)
 	return result, result.record(plan, moved.partitions, failures, errors.Join(errs...))

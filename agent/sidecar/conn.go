@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,6 +41,9 @@ type conn struct {
 
 	toClient *frameWriter
 	toBroker *frameWriter // nil until the broker is dialed
+	// cutting: a consumer of this connection cuts a seek target's batch entry, so the client's
+	// ACKs are read (seekCut); until then they pass unread.
+	cutting atomic.Bool
 
 	mu        sync.Mutex
 	broker    net.Conn
@@ -244,10 +248,26 @@ func (c *conn) fromClient(f frame) error {
 			return clientError(err)
 		}
 		return c.consumerCommand(f, cmd)
+	case pb.BaseCommand_ACK:
+		if c.cutting.Load() {
+			return c.clientAck(f)
+		}
 	case pb.BaseCommand_PING:
 		return c.ping(f.raw, nil)
 	case pb.BaseCommand_PONG:
 		return c.clientPong(f.raw)
+	}
+	return c.toBroker.write(false, f.raw)
+}
+
+// clientAck forwards an ACK, translated when it acknowledges messages of a cut batch entry.
+func (c *conn) clientAck(f frame) error {
+	cmd, err := f.decode()
+	if err != nil {
+		return clientError(err)
+	}
+	if cons := c.consumer(cmd.GetAck().GetConsumerId()); cons != nil && cons.translateAck(cmd.GetAck()) {
+		return c.toBroker.write(false, encodeCommand(cmd))
 	}
 	return c.toBroker.write(false, f.raw)
 }
@@ -406,7 +426,7 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 			if err != nil {
 				c.log.V(1).Info("MESSAGE metadata unreadable; counted as one message", "error", err.Error())
 			}
-			return cons.brokerMessage(f.raw, e)
+			return cons.brokerMessage(f, cmd.GetMessage(), e)
 		}
 	case pb.BaseCommand_SUCCESS:
 		if !c.answered(cmd.GetSuccess().GetRequestId(), true) {
@@ -421,6 +441,7 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 		if cons := c.consumer(cmd.GetCloseConsumer().GetConsumerId()); cons != nil && !cons.brokerClosed() {
 			return nil
 		}
+		return c.closeClientConsumer(f.raw)
 	case pb.BaseCommand_LOOKUP_RESPONSE:
 		c.s.awaitDetaches()
 		return c.toClient.write(false, c.routeLookup(f.raw, cmd))
@@ -466,6 +487,18 @@ func (c *conn) pingClient(raw []byte, waiter chan struct{}) error {
 	c.toldPings = append(c.toldPings, waiter)
 	c.mu.Unlock()
 	return c.toClient.writeLocked(true, raw)
+}
+
+// closeClientConsumer writes a CLOSE_CONSUMER to the client, which subscribes again, then a
+// PING whose answer shows the client has handled the close: until then, or detachTimeout,
+// lookup answers wait (Sidecar.awaitDetaches).
+func (c *conn) closeClientConsumer(raw []byte) error {
+	if err := c.toClient.write(true, raw); err != nil {
+		return err
+	}
+	pong := make(chan struct{})
+	c.s.detached(pong, c)
+	return c.pingClient(pingFrame, pong)
 }
 
 func (c *conn) clientPong(raw []byte) error {

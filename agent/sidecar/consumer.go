@@ -76,6 +76,8 @@ type Consumer struct {
 	openChunks                 map[string]bool // chunked messages the client has begun, by uuid
 	chunkGrants                int64           // permits granted while paused to complete open chunks
 	detachPending              *time.Timer     // strict pause: detach once the open chunks complete, or at this timer
+	cut                        *seekCut        // the last seek's target entry on this partition, cut on delivery
+	cutSize                    int32           // that entry's messages as the broker has them, once seen
 	ended                      bool
 }
 
@@ -356,12 +358,7 @@ func (c *Consumer) detachLocked() error {
 	}
 	c.detached = true
 	c.changedLocked()
-	if err := c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID())); err != nil {
-		return err
-	}
-	pong := make(chan struct{})
-	c.conn.s.detached(pong, c.conn)
-	return c.conn.pingClient(pingFrame, pong)
+	return c.conn.closeClientConsumer(closeConsumerCommand(c.id, c.conn.ownRequestID()))
 }
 
 // reattachLocked answers the SUBSCRIBE of a detached client: its consumer starts a new
@@ -468,7 +465,7 @@ func (c *Consumer) subscribeAgainLocked() error {
 			"topic", c.topic, "subscription", c.subscription, "consumer", c.name)
 		c.clientResubscribes = true
 		c.setSideLocked(absent)
-		_ = c.conn.toClient.write(true, closeConsumerCommand(c.id, c.conn.ownRequestID()))
+		_ = c.conn.closeClientConsumer(closeConsumerCommand(c.id, c.conn.ownRequestID()))
 		return false
 	})
 	return c.conn.toBroker.write(true, encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: sub}))
@@ -543,13 +540,15 @@ func (c *Consumer) clientFlow(raw []byte, permits uint32) error {
 // to it, so that the client's incomplete-chunk expiry cannot discard (and pulsar-client-go
 // acknowledge) a message split by the pause; the application then gets that one message.
 // Each MESSAGE while paused may take the completion of those messages a step further.
-func (c *Consumer) brokerMessage(raw []byte, e entry) error {
+func (c *Consumer) brokerMessage(f frame, msg *pb.CommandMessage, e entry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.side != subscribed {
 		return nil
 	}
 	c.brokerCredit -= e.messages
+	raw, removed := c.cutLocked(f, msg, e)
+	e.messages -= removed
 	completing := e.chunked() && c.openChunks[e.uuid] && c.desired == protocol.Paused
 	if (c.desired == protocol.Running || completing) && !c.detached {
 		c.clientCredit -= e.messages
@@ -557,6 +556,13 @@ func (c *Consumer) brokerMessage(raw []byte, e entry) error {
 		c.trackChunkLocked(e)
 		if err := c.conn.toClient.write(false, raw); err != nil {
 			return err
+		}
+		if removed > 0 && c.desired == protocol.Running {
+			// The broker debited what the client never got: grant it back, as the client would.
+			c.brokerCredit += removed
+			if err := c.conn.toBroker.write(false, flowCommand(c.id, uint32(removed))); err != nil {
+				return err
+			}
 		}
 	} else {
 		c.held = append(c.held, heldMessage{raw: raw, n: e.messages, at: time.Now(), entry: e})
@@ -567,6 +573,22 @@ func (c *Consumer) brokerMessage(raw []byte, e entry) error {
 		return nil
 	}
 	return c.chunkProgressLocked()
+}
+
+// cutLocked cuts the seek target's batch entry (seekCut) and returns the frame to deliver and
+// how many messages it removed. An entry that cannot be cut is delivered whole, as before
+// the sidecar cut entries: the client then gets the messages before the target too.
+func (c *Consumer) cutLocked(f frame, msg *pb.CommandMessage, e entry) ([]byte, int64) {
+	if c.cut == nil || !c.cut.matches(msg.GetMessageId()) {
+		return f.raw, 0
+	}
+	out, removed, err := cutBatch(f, msg, c.cut.keepFrom)
+	if err != nil {
+		c.conn.log.Info("Delivering a seek target's batch entry whole", "topic", c.topic, "error", err.Error())
+		return f.raw, 0
+	}
+	c.cutSize = int32(e.messages)
+	return out, removed
 }
 
 // trackChunkLocked remembers the chunked messages the client has started and not completed.

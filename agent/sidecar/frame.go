@@ -88,7 +88,7 @@ func (f frame) decode() (*pb.BaseCommand, error) {
 func encodeCommand(cmd *pb.BaseCommand) []byte {
 	body, err := encodeOptions.Marshal(cmd)
 	if err != nil {
-		panic(fmt.Sprintf("sidecar: encoding %v: %v", cmd.GetType(), err)) // only our own commands come here
+		panic(fmt.Sprintf("sidecar: encoding %v: %v", cmd.GetType(), err)) // our own, or decoded with AllowPartial
 	}
 	out := binary.BigEndian.AppendUint32(make([]byte, 0, 8+len(body)), uint32(4+len(body)))
 	out = binary.BigEndian.AppendUint32(out, uint32(len(body)))

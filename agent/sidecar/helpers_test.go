@@ -108,6 +108,20 @@ func uniqueTopic(t testing.TB) string {
 	return fmt.Sprintf("persistent://public/default/%s-%d-%d", name, time.Now().UnixNano(), topicSeq.Add(1))
 }
 
+// unload unloads a topic through the admin API: the broker closes its consumers.
+func (w *world) unload(t *testing.T, topic string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, w.admin+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("unload %s: %s", topic, resp.Status)
+	}
+}
+
 // createPartitioned creates a partitioned topic through the admin API.
 func (w *world) createPartitioned(t *testing.T, topic string, partitions int) {
 	t.Helper()

@@ -56,7 +56,16 @@ type seekingConsumer struct {
 // sidecar passes the close on to each client, which drops its receiver queue and subscribes
 // again, in the state the rules give it, and is delivered from the new cursor.
 func (c seekingConsumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*agent.SeekResult, error) {
-	return c.admin.ResetByIndex(ctx, baseTopic(c.topic), c.subscription, targets)
+	topic := baseTopic(c.topic)
+	return c.admin.ResetByIndex(ctx, topic, c.subscription, targets, func(positions []protocol.SeekPosition) {
+		// Before the cursors move: the broker delivers the target's entry again as soon as a
+		// client subscribes again, which may be before this seek returns.
+		for _, other := range c.conn.s.Consumers() {
+			if other.subscription == c.subscription && baseTopic(other.topic) == topic {
+				_ = other.FilterSeekTargets(positions)
+			}
+		}
+	})
 }
 
 // MarkSynced lifts the sidecar's start-up gate (Options.StartGated).
@@ -89,9 +98,30 @@ func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
 	return c.DropHeld(before)
 }
 
-// FilterSeekTargets filters nothing: the sidecar forwards batch entries whole, so after a seek
-// into a batch the client gets the batch's messages before the target too (docs/sidecar.md).
-func (*Consumer) FilterSeekTargets([]protocol.SeekPosition) error { return nil }
+// FilterSeekTargets makes the consumer cut, from the batch entry of its partition's target,
+// the messages before the target whenever the broker delivers that entry (seekCut); a target
+// that begins its entry ends an earlier seek's cut. Positions of other partitions are ignored.
+func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
+	partition := partitionOf(c.topic)
+	for _, p := range positions {
+		if p.Partition != partition {
+			continue
+		}
+		cut, ok := seekCutOf(p)
+		c.mu.Lock()
+		switch {
+		case !ok:
+			c.cut, c.cutSize = nil, 0
+		case c.cut == nil || *c.cut != cut: // the same cut again (the executor's own) keeps what it saw
+			c.cut, c.cutSize = &cut, 0
+		}
+		c.mu.Unlock()
+		if ok {
+			c.conn.cutting.Store(true)
+		}
+	}
+	return nil
+}
 
 // baseTopic is the partitioned topic a partition belongs to, or the topic itself.
 func baseTopic(topic string) string {

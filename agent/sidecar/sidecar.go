@@ -89,7 +89,7 @@ type Sidecar struct {
 	consumers   map[*Consumer]bool
 	onSubscribe []func(*Consumer)
 	routes      map[string]route        // brokers named by lookups, which a CONNECT may ask for
-	detaching   map[chan struct{}]*conn // strict pauses whose client has not processed the close yet
+	detaching   map[chan struct{}]*conn // consumer closes passed on that the client has not processed yet
 	startGate   *startgate.Gate
 
 	wg sync.WaitGroup
@@ -359,12 +359,13 @@ func (s *Sidecar) target(proxyTo string) (string, error) {
 	return "", fmt.Errorf("CONNECT names broker %q, which no lookup through this sidecar named; refused", proxyTo)
 }
 
-// detachTimeout bounds how long a lookup answer waits for a client to process a strict
-// pause's close.
+// detachTimeout bounds how long a lookup answer waits for clients to process the consumer
+// closes passed on to them.
 const detachTimeout = time.Second
 
-// detached records a strict pause's close that the client has not processed yet: pong closes
-// once it has (the answer to a PING sent after the close).
+// detached records a consumer close passed on to a client (a strict pause's, the broker's, or
+// a refused re-subscribe's) that the client has not processed yet: pong closes once it has
+// (the answer to a PING sent after the close).
 func (s *Sidecar) detached(pong chan struct{}, c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -388,13 +389,16 @@ func (s *Sidecar) forgetDetachesOf(c *conn) {
 	}
 }
 
-// awaitDetaches holds a lookup answer until every client told to re-subscribe by a strict
-// pause has processed that close. pulsar-client-go v0.21 removes a closed consumer's
-// handler from its connection only after notifying the consumer (connection.go,
-// handleCloseConsumer), so a re-subscribe whose lookup came back in between would have its
-// new handler removed and stall; the lookup is the first step of every re-subscribe, and the
-// client answers the PING after the close only once that close is handled. It waits at most
-// detachTimeout in all, however many clients do not answer, so none holds anybody for long.
+// awaitDetaches holds a lookup answer until every client told its consumer was closed has
+// processed that close. pulsar-client-go v0.21 removes a closed consumer's handler from its
+// connection only after notifying the consumer (connection.go, handleCloseConsumer), so a
+// re-subscribe whose lookup came back in between (on the lookup connection, read by another
+// goroutine) would register its new handler first and have it removed: the consumer then
+// drops every message ("Got unexpected message") and never hears of a later connection loss,
+// so it stops for good (apache/pulsar-client-go#1461). The lookup is the first step of every
+// re-subscribe, and the client answers the PING after the close only once that close is
+// handled. It waits at most detachTimeout in all, however many clients do not answer, so none
+// holds anybody for long.
 func (s *Sidecar) awaitDetaches() {
 	s.mu.Lock()
 	pending := make(map[chan struct{}]*conn, len(s.detaching))

@@ -141,6 +141,31 @@ func TestStrictPauseGoClientKeepsItsHandler(t *testing.T) {
 	}
 }
 
+// The same race on a close the broker sends (a topic unload, a cursor reset): the sidecar
+// passes it on and holds lookup answers until the client has handled it, as for a strict
+// pause. The slowed client sees its topic unloaded 15 times and loses no message.
+func TestBrokerCloseGoClientKeepsItsHandler(t *testing.T) {
+	needStrictGoClient(t)
+	w := newWorld(t)
+	topic := uniqueTopic(t)
+	producer := newClient(t, w.url)
+	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.url, Logger: log.NewLoggerWithSlog(debug)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	cons := collect(t, subscribe(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Name: "c1", ReceiverQueueSize: 10}))
+	var all []string
+	for round := range 15 {
+		c := consumerNamed(t, w.sidecar, "s", "c1")
+		eventually(t, "the consumer to be subscribed", func() bool { return c.Status().Connected })
+		w.unload(t, topic)
+		all = append(all, produceUnbatched(t, producer, topic, "m", 10*round, 10*(round+1))...)
+		eventually(t, fmt.Sprintf("everything after unload %d", round+1), func() bool { return len(missing(all, cons.values())) == 0 })
+	}
+}
+
 // forEachStrictPeer runs test for each client, as forEachPeer does, against a new world whose
 // sidecar pauses strictly.
 func forEachStrictPeer(t *testing.T, test func(t *testing.T, lang string, w *world)) {

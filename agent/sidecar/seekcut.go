@@ -1,0 +1,261 @@
+package sidecar
+
+import (
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+)
+
+// seekCut hides the messages before a seek's target inside the target's batch entry. After a
+// reset the broker delivers that entry from its first message, and a client hands on every
+// message of an entry; so the sidecar rewrites the entry to begin at the target, as the agent
+// filters it. The messages keep their indexes: a client numbers a batch's messages back from
+// the entry's broker index, which counts the last one.
+type seekCut struct {
+	ledger, entry uint64
+	keepFrom      int32 // the target's batch index: the first message kept
+}
+
+// seekCutOf reads the cut a seek position asks for from its message id,
+// "ledger:entry:partition:batch"; none when the target begins its entry.
+func seekCutOf(p protocol.SeekPosition) (seekCut, bool) {
+	parts := strings.Split(p.MessageID, ":")
+	if len(parts) != 4 {
+		return seekCut{}, false
+	}
+	ledger, err1 := strconv.ParseUint(parts[0], 10, 64)
+	entryID, err2 := strconv.ParseUint(parts[1], 10, 64)
+	batch, err3 := strconv.ParseInt(parts[3], 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || batch <= 0 {
+		return seekCut{}, false
+	}
+	return seekCut{ledger: ledger, entry: entryID, keepFrom: int32(batch)}, true
+}
+
+func (s seekCut) matches(id *pb.MessageIdData) bool {
+	return id != nil && id.GetLedgerId() == s.ledger && id.GetEntryId() == s.entry
+}
+
+// Compression codecs of MessageMetadata.compression (PulsarApi.proto CompressionType).
+const (
+	compressionNone   = 0
+	compressionLZ4    = 1
+	compressionZLIB   = 2
+	compressionZSTD   = 3
+	compressionSnappy = 4
+)
+
+// fieldMetadataEncryptionKeys is MessageMetadata.encryption_keys: an encrypted batch cannot be
+// opened, so it is forwarded whole.
+const fieldMetadataEncryptionKeys = 7
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errCannotCut marks an entry the sidecar forwards whole: encrypted, or not as its metadata says.
+var errCannotCut = errors.New("batch entry cannot be cut")
+
+// cutBatch rewrites a MESSAGE frame so that its batch begins at message keepFrom: the
+// messages before it are removed, the rest is left uncompressed (the client reads any codec,
+// so there is no need to compress again), the checksum is computed anew, and the indexes the
+// broker marks as acknowledged (ack_set) are renumbered. It returns the new frame and how many
+// messages it removed.
+func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32) ([]byte, int64, error) {
+	p := f.payload
+	var brokerEntry []byte
+	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
+		size := binary.BigEndian.Uint32(p[2:])
+		if uint64(size)+6 > uint64(len(p)) {
+			return nil, 0, fmt.Errorf("%w: broker-entry metadata exceeds the payload", errCannotCut)
+		}
+		brokerEntry, p = p[:6+size], p[6+size:]
+	}
+	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicChecksum {
+		p = p[6:]
+	}
+	if len(p) < 4 || uint64(binary.BigEndian.Uint32(p))+4 > uint64(len(p)) {
+		return nil, 0, fmt.Errorf("%w: message metadata exceeds the payload", errCannotCut)
+	}
+	rawMeta, body := p[4:4+binary.BigEndian.Uint32(p)], p[4+binary.BigEndian.Uint32(p):]
+	if hasField(rawMeta, fieldMetadataEncryptionKeys) {
+		return nil, 0, fmt.Errorf("%w: encrypted", errCannotCut)
+	}
+	var meta pb.MessageMetadata
+	if err := (proto.UnmarshalOptions{AllowPartial: true, DiscardUnknown: false}).Unmarshal(rawMeta, &meta); err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+	}
+	n := meta.GetNumMessagesInBatch()
+	if meta.NumMessagesInBatch == nil || keepFrom <= 0 || keepFrom >= n {
+		return nil, 0, fmt.Errorf("%w: message %d of a batch of %d", errCannotCut, keepFrom, n)
+	}
+	batch, err := decompress(meta.GetCompression(), body, int(meta.GetUncompressedSize()))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+	}
+	rest, err := skipMessages(batch, int(keepFrom))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+	}
+	meta.NumMessagesInBatch = proto.Int32(n - keepFrom)
+	meta.Compression = nil
+	meta.UncompressedSize = proto.Uint32(uint32(len(rest)))
+	newMeta, err := proto.MarshalOptions{AllowPartial: true}.Marshal(&meta)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+	}
+	cmd := f.cmd
+	if len(msg.GetAckSet()) > 0 {
+		shifted := proto.CloneOf(msg)
+		shifted.AckSet = renumberBits(msg.GetAckSet(), int(n-keepFrom), func(i int) int { return i + int(keepFrom) })
+		var err error
+		if cmd, err = encodeOptions.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: shifted}); err != nil {
+			return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+		}
+	}
+	return assembleMessage(cmd, brokerEntry, newMeta, rest), int64(keepFrom), nil
+}
+
+// translateAck renumbers, in an ACK of the cut entry, the batch indexes the client gives
+// (counted in the cut entry) to the broker's (counted in the whole entry); the messages before
+// the target count as acknowledged. It tells whether it changed the command.
+func (c *Consumer) translateAck(ack *pb.CommandAck) bool {
+	c.mu.Lock()
+	cut, size := c.cut, int(c.cutSize)
+	c.mu.Unlock()
+	changed := false
+	for _, id := range ack.GetMessageId() {
+		if cut == nil || size == 0 || !cut.matches(id) {
+			continue
+		}
+		from := int(cut.keepFrom)
+		if len(id.GetAckSet()) > 0 { // a set bit is a message not acknowledged yet
+			id.AckSet = renumberBits(id.GetAckSet(), size, func(i int) int { return i - from })
+		}
+		if id.BatchIndex != nil && id.GetBatchIndex() >= 0 {
+			id.BatchIndex = proto.Int32(id.GetBatchIndex() + int32(from))
+		}
+		if id.BatchSize != nil {
+			id.BatchSize = proto.Int32(int32(size))
+		}
+		changed = true
+	}
+	return changed
+}
+
+// renumberBits builds a bit set (Java's BitSet.toLongArray, as the protocol carries it) of n
+// bits whose bit i is bit from(i) of words, or clear when from(i) is out of range.
+func renumberBits(words []int64, n int, from func(i int) int) []int64 {
+	out := make([]int64, (n+63)/64)
+	for i := range n {
+		j := from(i)
+		if j >= 0 && j/64 < len(words) && words[j/64]&(1<<(j%64)) != 0 {
+			out[i/64] |= 1 << (i % 64)
+		}
+	}
+	return out
+}
+
+// skipMessages returns a batch payload from its message skip on: each message is a 4-byte
+// size, its SingleMessageMetadata, then payload_size bytes.
+func skipMessages(batch []byte, skip int) ([]byte, error) {
+	p := batch
+	for range skip {
+		if len(p) < 4 || uint64(binary.BigEndian.Uint32(p))+4 > uint64(len(p)) {
+			return nil, errors.New("batch shorter than its metadata says")
+		}
+		size := binary.BigEndian.Uint32(p)
+		var single pb.SingleMessageMetadata
+		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(p[4:4+size], &single); err != nil {
+			return nil, err
+		}
+		p = p[4+size:]
+		if payload := int(single.GetPayloadSize()); payload < 0 || payload > len(p) {
+			return nil, errors.New("batch shorter than its metadata says")
+		} else {
+			p = p[payload:]
+		}
+	}
+	return p, nil
+}
+
+// assembleMessage frames a MESSAGE: [total][cmd size][cmd][broker entry][0x0e01][crc32c]
+// [metadata size][metadata][payload], the checksum covering what follows it.
+func assembleMessage(cmd, brokerEntry, meta, payload []byte) []byte {
+	checked := 4 + len(meta) + len(payload)
+	total := 4 + len(cmd) + len(brokerEntry) + 6 + checked
+	out := make([]byte, 0, 4+total)
+	out = binary.BigEndian.AppendUint32(out, uint32(total))
+	out = binary.BigEndian.AppendUint32(out, uint32(len(cmd)))
+	out = append(out, cmd...)
+	out = append(out, brokerEntry...)
+	out = binary.BigEndian.AppendUint16(out, magicChecksum)
+	sumAt := len(out)
+	out = binary.BigEndian.AppendUint32(out, 0)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(meta)))
+	out = append(out, meta...)
+	out = append(out, payload...)
+	binary.BigEndian.PutUint32(out[sumAt:], crc32.Checksum(out[sumAt+4:], castagnoli))
+	return out
+}
+
+// decompress opens a batch payload with the codec its metadata names.
+func decompress(codec int32, body []byte, size int) ([]byte, error) {
+	switch codec {
+	case compressionNone:
+		return body, nil
+	case compressionLZ4:
+		out := make([]byte, size)
+		n, err := lz4.UncompressBlock(body, out)
+		return out[:n], err
+	case compressionZLIB:
+		r, err := zlib.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		return io.ReadAll(io.LimitReader(r, int64(size)+1))
+	case compressionZSTD:
+		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		return d.DecodeAll(body, make([]byte, 0, size))
+	case compressionSnappy:
+		return snappy.Decode(nil, body)
+	}
+	return nil, fmt.Errorf("unknown compression %d", codec)
+}
+
+// hasField tells whether an encoded message carries field num.
+func hasField(msg []byte, num protowire.Number) bool {
+	for len(msg) > 0 {
+		n, typ, l := protowire.ConsumeTag(msg)
+		if l < 0 {
+			return false
+		}
+		if n == num {
+			return true
+		}
+		msg = msg[l:]
+		if l = protowire.ConsumeFieldValue(n, typ, msg); l < 0 {
+			return false
+		}
+		msg = msg[l:]
+	}
+	return false
+}

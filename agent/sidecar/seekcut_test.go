@@ -1,0 +1,246 @@
+package sidecar
+
+import (
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"testing"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+)
+
+// batchFrame builds a MESSAGE frame as a broker sends it: broker-entry metadata with the
+// entry's index, a checksum, and a batch of "m-0".."m-<n-1>" compressed with codec. ackSet is
+// the CommandMessage's (nil: none).
+func batchFrame(t *testing.T, n int, codec int32, ackSet []int64, extraMeta []byte) frame {
+	t.Helper()
+	var batch []byte
+	for i := range n {
+		body := fmt.Appendf(nil, "m-%d", i)
+		single, err := proto.Marshal(&pb.SingleMessageMetadata{PayloadSize: proto.Int32(int32(len(body)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = binary.BigEndian.AppendUint32(batch, uint32(len(single)))
+		batch = append(append(batch, single...), body...)
+	}
+	meta := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1),
+		NumMessagesInBatch: proto.Int32(int32(n)), UncompressedSize: proto.Uint32(uint32(len(batch)))}
+	if codec != compressionNone {
+		meta.Compression = proto.Int32(codec)
+	}
+	rawMeta, err := proto.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entryMeta, _ := proto.Marshal(&pb.BrokerEntryMetadata{Index: proto.Uint64(99)})
+	brokerEntry := binary.BigEndian.AppendUint16(nil, magicBrokerEntry)
+	brokerEntry = append(binary.BigEndian.AppendUint32(brokerEntry, uint32(len(entryMeta))), entryMeta...)
+	cmd, _ := proto.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
+		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}, AckSet: ackSet}})
+	f, err := parseFrame(assembleMessage(cmd, brokerEntry, append(rawMeta, extraMeta...), compress(t, codec, batch)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func compress(t *testing.T, codec int32, src []byte) []byte {
+	t.Helper()
+	switch codec {
+	case compressionLZ4:
+		dst := make([]byte, lz4.CompressBlockBound(len(src)))
+		n, err := lz4.CompressBlock(src, dst, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dst[:n]
+	case compressionZLIB:
+		var b bytes.Buffer
+		w := zlib.NewWriter(&b)
+		_, _ = w.Write(src)
+		_ = w.Close()
+		return b.Bytes()
+	case compressionZSTD:
+		e, _ := zstd.NewWriter(nil)
+		defer e.Close()
+		return e.EncodeAll(src, nil)
+	case compressionSnappy:
+		return snappy.Encode(nil, src)
+	}
+	return src
+}
+
+// readBatch checks a MESSAGE frame's checksum and returns its batch's message bodies, the
+// broker-entry section and the CommandMessage.
+func readBatch(t *testing.T, raw []byte) (bodies []string, brokerEntry []byte, msg *pb.CommandMessage) {
+	t.Helper()
+	f, err := parseFrame(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.BigEndian.Uint32(raw); int(got) != len(raw)-4 {
+		t.Fatalf("frame size field %d, frame of %d bytes", got, len(raw))
+	}
+	cmd, err := f.decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.payload
+	size := binary.BigEndian.Uint32(p[2:])
+	brokerEntry, p = p[:6+size], p[6+size:]
+	if binary.BigEndian.Uint16(p) != magicChecksum {
+		t.Fatal("no checksum section")
+	}
+	if sum := binary.BigEndian.Uint32(p[2:]); sum != crc32.Checksum(p[6:], crc32.MakeTable(crc32.Castagnoli)) {
+		t.Fatal("checksum does not match")
+	}
+	p = p[6:]
+	var meta pb.MessageMetadata
+	if err := proto.Unmarshal(p[4:4+binary.BigEndian.Uint32(p)], &meta); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := decompress(meta.GetCompression(), p[4+binary.BigEndian.Uint32(p):], int(meta.GetUncompressedSize()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range meta.GetNumMessagesInBatch() {
+		var single pb.SingleMessageMetadata
+		n := binary.BigEndian.Uint32(batch)
+		if err := proto.Unmarshal(batch[4:4+n], &single); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[4+n:]
+		bodies = append(bodies, string(batch[:single.GetPayloadSize()]))
+		batch = batch[single.GetPayloadSize():]
+	}
+	if len(batch) != 0 {
+		t.Errorf("%d bytes after the batch's last message", len(batch))
+	}
+	return bodies, brokerEntry, cmd.GetMessage()
+}
+
+// A cut batch begins at the target, whatever the codec: checksum, sizes, broker-entry
+// metadata (the index the client numbers the messages back from) and the broker's
+// acknowledged indexes all agree with the messages kept.
+func TestCutBatch(t *testing.T) {
+	for name, codec := range map[string]int32{"none": compressionNone, "lz4": compressionLZ4, "zlib": compressionZLIB,
+		"zstd": compressionZSTD, "snappy": compressionSnappy} {
+		t.Run(name, func(t *testing.T) {
+			// A set bit is a message not acknowledged yet: the broker has 6 and 8 acknowledged.
+			ackSet := bitsExcept(10, 6, 8)
+			in := batchFrame(t, 10, codec, ackSet, nil)
+			inBodies, inEntry, inMsg := readBatch(t, in.raw)
+			if len(inBodies) != 10 {
+				t.Fatalf("the frame built holds %d messages", len(inBodies))
+			}
+			out, removed, err := cutBatch(in, inMsg, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies, entry, msg := readBatch(t, out)
+			if removed != 5 || !slices.Equal(bodies, []string{"m-5", "m-6", "m-7", "m-8", "m-9"}) {
+				t.Errorf("removed %d, kept %v; want 5 removed and m-5 to m-9", removed, bodies)
+			}
+			if !bytes.Equal(entry, inEntry) {
+				t.Error("the broker-entry metadata changed")
+			}
+			if want := bitsExcept(5, 1, 3); !slices.Equal(msg.GetAckSet(), want) {
+				t.Errorf("ack_set %b, want %b", msg.GetAckSet(), want)
+			}
+			if e, err := readEntry(mustFrame(t, out).payload); err != nil || e.messages != 5 {
+				t.Errorf("readEntry of the cut frame: %+v, %v", e, err)
+			}
+		})
+	}
+}
+
+// bitsExcept is a bit set of n bits, all set but the cleared ones.
+func bitsExcept(n int, cleared ...int) []int64 {
+	out := make([]int64, (n+63)/64)
+	for i := range n {
+		if !slices.Contains(cleared, i) {
+			out[i/64] |= 1 << (i % 64)
+		}
+	}
+	return out
+}
+
+func mustFrame(t *testing.T, raw []byte) frame {
+	t.Helper()
+	f, err := parseFrame(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Entries the sidecar cannot open, or that hold no such message, are left whole.
+func TestCutBatchRefuses(t *testing.T) {
+	encrypted := protowire.AppendBytes(protowire.AppendTag(nil, fieldMetadataEncryptionKeys, protowire.BytesType), []byte("key"))
+	for name, tc := range map[string]struct {
+		f        frame
+		keepFrom int32
+	}{
+		"encrypted":         {batchFrame(t, 10, compressionLZ4, nil, encrypted), 5},
+		"past the batch":    {batchFrame(t, 10, compressionNone, nil, nil), 10},
+		"the first message": {batchFrame(t, 10, compressionNone, nil, nil), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := cutBatch(tc.f, &pb.CommandMessage{}, tc.keepFrom); !errors.Is(err, errCannotCut) {
+				t.Errorf("cutBatch: %v, want errCannotCut", err)
+			}
+		})
+	}
+}
+
+// A client's acknowledgement of messages of a cut entry names them as the broker does: the
+// batch index and the bit set are counted in the whole entry, and the messages before the
+// target count as acknowledged.
+func TestTranslateAck(t *testing.T) {
+	c := &Consumer{cut: &seekCut{ledger: 3, entry: 7, keepFrom: 5}, cutSize: 10}
+	// The client's view: 5 messages, index 1 acknowledged.
+	clientSet := bitsExcept(5, 1)
+	ack := &pb.CommandAck{MessageId: []*pb.MessageIdData{
+		{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7), BatchIndex: proto.Int32(1), BatchSize: proto.Int32(5), AckSet: clientSet},
+		{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(8)},
+	}}
+	if !c.translateAck(ack) {
+		t.Fatal("the ACK of the cut entry was left as it was")
+	}
+	id := ack.GetMessageId()[0]
+	want := bitsExcept(10, 0, 1, 2, 3, 4, 6)
+	if id.GetBatchIndex() != 6 || id.GetBatchSize() != 10 || !slices.Equal(id.GetAckSet(), want) {
+		t.Errorf("translated to batch index %d of %d, ack_set %b; want 6 of 10, %b", id.GetBatchIndex(), id.GetBatchSize(), id.GetAckSet(), want)
+	}
+	if other := ack.GetMessageId()[1]; other.BatchIndex != nil || other.AckSet != nil {
+		t.Errorf("another entry's id changed: %v", other)
+	}
+	if (&Consumer{}).translateAck(&pb.CommandAck{MessageId: []*pb.MessageIdData{{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}}}) {
+		t.Error("a consumer without a cut changed an ACK")
+	}
+}
+
+func TestSeekCutOf(t *testing.T) {
+	for id, want := range map[string]*seekCut{
+		"3:7:-1:5": {ledger: 3, entry: 7, keepFrom: 5},
+		"3:7:2:1":  {ledger: 3, entry: 7, keepFrom: 1},
+		"3:7:-1:0": nil, "3:7:-1:-1": nil, "": nil, "3:7:x:5": {ledger: 3, entry: 7, keepFrom: 5}, "3:7:5": nil,
+	} {
+		got, ok := seekCutOf(protocol.SeekPosition{MessageID: id})
+		if (want == nil) == ok || (ok && got != *want) {
+			t.Errorf("seekCutOf(%q) = %+v, %v; want %+v", id, got, ok, want)
+		}
+	}
+}
