@@ -80,6 +80,9 @@ func isolatedRuns(bench string) [][]string {
 func runPackage(o options, pkg string, extra []string, progress io.Writer) (BenchOutput, PackageRun, []byte) {
 	fmt.Fprintf(progress, "benchreport: benchmarking %s %s\n", pkg, strings.Join(extra, " "))
 	start := time.Now()
+	// What go test compiles is the tree as it is now, before the run: a change made while the
+	// benchmarks run is not part of them.
+	measured := start.UTC().Format(dateLayout) + " at " + commit()
 	var captured bytes.Buffer
 	cmd := exec.Command("go", append(append(benchArgs(o), extra...), pkg)...)
 	cmd.Stdout = io.MultiWriter(progress, &captured)
@@ -89,7 +92,7 @@ func runPackage(o options, pkg string, extra []string, progress io.Writer) (Benc
 	// Parsed from a reader over the bytes, so that the failure line below still sees them.
 	raw := captured.Bytes()
 	out, parseErr := parseBenchOutput(bytes.NewReader(raw), pkg)
-	run := PackageRun{Package: pkg, Measured: time.Now().UTC().Format(dateLayout) + " at " + commit()}
+	run := PackageRun{Package: pkg, Measured: measured}
 	switch {
 	case err != nil:
 		run.Failure = fmt.Sprintf("go test: %v%s", err, lastFailureLine(captured.String()))
