@@ -92,7 +92,7 @@ func BenchmarkPausePropagation(b *testing.B) {
 	for _, tc := range []struct {
 		agents, hanging int
 		sidecars        bool
-	}{{10, 0, false}, {10, 1, false}, {100, 0, false}, {100, 1, false}, {1000, 0, false}, {10, 0, true}, {100, 0, true}} {
+	}{{10, 0, false}, {10, 1, false}, {100, 0, false}, {100, 1, false}, {1000, 0, false}, {10, 0, true}, {100, 0, true}, {1000, 0, true}} {
 		name := fmt.Sprintf("agents=%d", tc.agents)
 		if tc.sidecars {
 			name = fmt.Sprintf("sidecars=%d", tc.agents)

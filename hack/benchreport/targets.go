@@ -67,6 +67,8 @@ var targets = []Target{
 	{Text: "Sidecar: added latency from send to the application's Receive, p99 (context)", Benchmark: `^BenchmarkSidecarLatency$`, Unit: "added-p99-\u00b5s"},
 	{Text: "Pause propagation through sidecars, 100 pods: per-pod p99 (the agents' target)", Benchmark: `^BenchmarkPausePropagation/sidecars=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Pause propagation through sidecars, 100 pods: every sidecar Paused, p99 (the agents' target)", Benchmark: `^BenchmarkPausePropagation/sidecars=100$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
+	{Text: "Pause propagation through sidecars, 1000 pods: per-pod p99 (the agents' target)", Benchmark: `^BenchmarkPausePropagation/sidecars=1000$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
+	{Text: "Pause propagation through sidecars, 1000 pods: every sidecar Paused, p99 (the agents' target)", Benchmark: `^BenchmarkPausePropagation/sidecars=1000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Pause propagation through sidecars, 10 pods (context)", Benchmark: `^BenchmarkPausePropagation/sidecars=10$`, Unit: "p99-ms"},
 	{Text: "Release: a relabelled pod's agent released, p99 <= 1 s", Benchmark: `^BenchmarkReleaseAfterRelabel$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "New matched pod reached by the controller, p99 (context)", Benchmark: `^BenchmarkNewPodReached$`, Unit: "p99-ms"},
