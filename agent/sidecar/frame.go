@@ -187,23 +187,31 @@ func readEntry(payload []byte) (entry, error) {
 
 // metadataOf returns the serialized MessageMetadata of a MESSAGE payload.
 func metadataOf(payload []byte) ([]byte, error) {
+	_, meta, _, err := splitPayload(payload)
+	return meta, err
+}
+
+// splitPayload cuts a MESSAGE payload into its sections: the optional broker-entry metadata
+// (with its magic and size), the serialized MessageMetadata and the message or batch. The
+// optional checksum between them is dropped.
+func splitPayload(payload []byte) (brokerEntry, meta, body []byte, err error) {
 	p := payload
 	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
 		size := binary.BigEndian.Uint32(p[2:])
 		if uint64(size)+6 > uint64(len(p)) {
-			return nil, errors.New("broker-entry metadata exceeds the payload")
+			return nil, nil, nil, errors.New("broker-entry metadata exceeds the payload")
 		}
-		p = p[6+size:]
+		brokerEntry, p = p[:6+size], p[6+size:]
 	}
 	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicChecksum {
 		p = p[6:]
 	}
 	if len(p) < 4 {
-		return nil, errors.New("short message metadata")
+		return nil, nil, nil, errors.New("short message metadata")
 	}
 	size := binary.BigEndian.Uint32(p)
 	if uint64(size)+4 > uint64(len(p)) {
-		return nil, errors.New("message metadata exceeds the payload")
+		return nil, nil, nil, errors.New("message metadata exceeds the payload")
 	}
-	return p[4 : 4+size], nil
+	return brokerEntry, p[4 : 4+size], p[4+size:], nil
 }

@@ -64,6 +64,10 @@ const (
 // opened, so it is forwarded whole.
 const fieldMetadataEncryptionKeys = 7
 
+// maxCutBatch bounds what a cut decompresses: a batch is at most the broker's maximum message
+// size (5 MiB by default), so more than this is not a batch as the metadata says.
+const maxCutBatch = 64 << 20
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // errCannotCut marks an entry the sidecar forwards whole: encrypted, or not as its metadata says.
@@ -75,32 +79,23 @@ var errCannotCut = errors.New("batch entry cannot be cut")
 // broker marks as acknowledged (ack_set) are renumbered. It returns the new frame and how many
 // messages it removed.
 func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32) ([]byte, int64, error) {
-	p := f.payload
-	var brokerEntry []byte
-	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
-		size := binary.BigEndian.Uint32(p[2:])
-		if uint64(size)+6 > uint64(len(p)) {
-			return nil, 0, fmt.Errorf("%w: broker-entry metadata exceeds the payload", errCannotCut)
-		}
-		brokerEntry, p = p[:6+size], p[6+size:]
+	brokerEntry, rawMeta, body, err := splitPayload(f.payload)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 	}
-	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicChecksum {
-		p = p[6:]
-	}
-	if len(p) < 4 || uint64(binary.BigEndian.Uint32(p))+4 > uint64(len(p)) {
-		return nil, 0, fmt.Errorf("%w: message metadata exceeds the payload", errCannotCut)
-	}
-	rawMeta, body := p[4:4+binary.BigEndian.Uint32(p)], p[4+binary.BigEndian.Uint32(p):]
 	if hasField(rawMeta, fieldMetadataEncryptionKeys) {
 		return nil, 0, fmt.Errorf("%w: encrypted", errCannotCut)
 	}
 	var meta pb.MessageMetadata
-	if err := (proto.UnmarshalOptions{AllowPartial: true, DiscardUnknown: false}).Unmarshal(rawMeta, &meta); err != nil {
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(rawMeta, &meta); err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 	}
 	n := meta.GetNumMessagesInBatch()
 	if meta.NumMessagesInBatch == nil || keepFrom <= 0 || keepFrom >= n {
 		return nil, 0, fmt.Errorf("%w: message %d of a batch of %d", errCannotCut, keepFrom, n)
+	}
+	if meta.GetUncompressedSize() > maxCutBatch {
+		return nil, 0, fmt.Errorf("%w: %d bytes uncompressed", errCannotCut, meta.GetUncompressedSize())
 	}
 	batch, err := decompress(meta.GetCompression(), body, int(meta.GetUncompressedSize()))
 	if err != nil {
@@ -229,13 +224,16 @@ func decompress(codec int32, body []byte, size int) ([]byte, error) {
 		defer r.Close()
 		return io.ReadAll(io.LimitReader(r, int64(size)+1))
 	case compressionZSTD:
-		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxCutBatch))
 		if err != nil {
 			return nil, err
 		}
 		defer d.Close()
 		return d.DecodeAll(body, make([]byte, 0, size))
 	case compressionSnappy:
+		if n, err := snappy.DecodedLen(body); err != nil || n > size {
+			return nil, fmt.Errorf("snappy: %d bytes decoded, %d announced (%v)", n, size, err)
+		}
 		return snappy.Decode(nil, body)
 	}
 	return nil, fmt.Errorf("unknown compression %d", codec)

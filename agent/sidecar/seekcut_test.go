@@ -189,11 +189,14 @@ func mustFrame(t *testing.T, raw []byte) frame {
 // Entries the sidecar cannot open, or that hold no such message, are left whole.
 func TestCutBatchRefuses(t *testing.T) {
 	encrypted := protowire.AppendBytes(protowire.AppendTag(nil, fieldMetadataEncryptionKeys, protowire.BytesType), []byte("key"))
+	// A later field wins: the metadata announces 1 GiB uncompressed.
+	huge := protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1<<30)
 	for name, tc := range map[string]struct {
 		f        frame
 		keepFrom int32
 	}{
 		"encrypted":         {batchFrame(t, 10, compressionLZ4, nil, encrypted), 5},
+		"1 GiB announced":   {batchFrame(t, 10, compressionLZ4, nil, huge), 5},
 		"past the batch":    {batchFrame(t, 10, compressionNone, nil, nil), 10},
 		"the first message": {batchFrame(t, 10, compressionNone, nil, nil), 0},
 	} {
