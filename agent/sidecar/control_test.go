@@ -173,96 +173,67 @@ func TestControlAPIDrivesTheSidecar(t *testing.T) {
 // paused: the cursor moves back to the target index, the broker closes the consumer and the
 // client subscribes again through the sidecar, still paused (no FLOW reaches the broker and
 // nothing is replayed yet); resumed, the application gets the messages from the target on
-// again, and none before it.
+// again, and none before it, and the subscription ends with nothing unacknowledged. In batches
+// (LZ4-compressed, 10 messages each) the target is the sixth message of the first entry, which
+// the broker delivers again from its first: the sidecar cuts it to begin at the target.
 func TestSeekExecutedBySidecar(t *testing.T) {
-	forEachPeer(t, func(t *testing.T, lang string) {
-		w := newWorld(t, Options{Name: "pod-" + lang})
-		api := startControl(t, w)
-		topic, name := uniqueTopic(t), "app-"+lang
-		producer := newClient(t, w.url)
-		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Shared"})
-		sent := produceUnbatched(t, producer, topic, "m", 0, 20)
-		eventually(t, "the application to receive 20", func() bool { return len(missing(sent, app.messages())) == 0 })
-		// Acknowledgements the client still groups would reach the broker after the reset and
-		// cancel the replay of those messages (docs/sidecar.md, Limits).
-		eventually(t, "the broker to have every acknowledgement", func() bool { return w.unacked(t, topic, "s") == 0 })
-
-		rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", State: protocol.Paused}
-		api.push(t, "orders", rule)
-		mark := w.rec.Mark()
-		index := int64(5)
-		rule.Revision, rule.Seek = 2, &protocol.SeekRequest{ID: "seek-1", Index: &index, Execute: true}
-		seek := api.awaitSeek(t, "orders", rule)
-		if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 1 || seek.Positions[0].Index != 5 {
-			t.Fatalf("the sidecar's seek reported %+v, want Succeeded at index 5", *seek)
-		}
-		c := consumerNamed(t, w.sidecar, "s", name)
-		eventually(t, "the client to subscribe again, paused", func() bool { return c.Status().Connected })
-		onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
-		if permits := w.rec.Permits(onWire); permits != 0 {
-			t.Errorf("%d permits reached the broker while paused across the seek", permits)
-		}
-		if n := app.count(); n != 20 {
-			t.Errorf("the application received %d messages while paused, want the 20 from before", n)
-		}
-
-		rule.Revision, rule.State = 3, protocol.Running
-		rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
-		api.push(t, "orders", rule)
-		eventually(t, "the application to receive m-5 to m-19 again", func() bool { return app.count() >= 35 })
-		counts := map[string]int{}
-		for _, m := range app.messages() {
-			counts[m]++
-		}
-		for i, v := range sent {
-			if want := 1 + min(1, i/5); counts[v] != want && !(i >= 5 && counts[v] > 2) {
-				t.Errorf("%s reached the application %d times, want %d", v, counts[v], want)
-			}
-		}
-	})
+	for name, opts := range map[string]pulsar.ProducerOptions{
+		"unbatched": {DisableBatching: true},
+		"batched":   {CompressionType: pulsar.LZ4, BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) { forEachPeer(t, func(t *testing.T, lang string) { seekWhilePaused(t, lang, opts) }) })
+	}
 }
 
-// A seek into the middle of a batch entry, executed by a sidecar on a paused flow, for each
-// client: the broker delivers the target's entry again from its first message, and the sidecar
-// cuts it to begin at the target, so on resume the application gets m-5 to m-19 again and none
-// of m-0 to m-4. The cut entry's acknowledgement lands: the subscription ends with nothing
-// unacknowledged. The batches are LZ4-compressed, which the cut undoes.
-func TestSeekIntoBatchExecutedBySidecar(t *testing.T) {
-	forEachPeer(t, func(t *testing.T, lang string) {
-		w := newWorld(t, Options{Name: "pod-" + lang})
-		api := startControl(t, w)
-		topic, name := uniqueTopic(t), "app-"+lang
-		producer := newClient(t, w.url)
-		app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Shared"})
-		sent := produceWith(t, producer, pulsar.ProducerOptions{Topic: topic, CompressionType: pulsar.LZ4,
-			BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Minute}, "m", 0, 20)
-		eventually(t, "the application to receive 20", func() bool { return len(missing(sent, app.messages())) == 0 })
-		eventually(t, "the broker to have every acknowledgement", func() bool { return w.unacked(t, topic, "s") == 0 })
+func seekWhilePaused(t *testing.T, lang string, opts pulsar.ProducerOptions) {
+	w := newWorld(t, Options{Name: "pod-" + lang})
+	api := startControl(t, w)
+	topic, name := uniqueTopic(t), "app-"+lang
+	producer := newClient(t, w.url)
+	app := startPeer(t, lang, w.url, peerOptions{topic: topic, subscription: "s", name: name, subType: "Shared"})
+	opts.Topic = topic
+	sent := produceWith(t, producer, opts, "m", 0, 20)
+	eventually(t, "the application to receive 20", func() bool { return len(missing(sent, app.messages())) == 0 })
+	// Acknowledgements the client still groups would reach the broker after the reset and
+	// cancel the replay of those messages (docs/sidecar.md, Limits).
+	eventually(t, "the broker to have every acknowledgement", func() bool { return w.unacked(t, topic, "s") == 0 })
 
-		rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", State: protocol.Paused}
-		api.push(t, "orders", rule)
-		index := int64(5)
-		rule.Revision, rule.Seek = 2, &protocol.SeekRequest{ID: "seek-1", Index: &index, Execute: true}
-		seek := api.awaitSeek(t, "orders", rule)
-		if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 1 || !strings.HasSuffix(seek.Positions[0].MessageID, ":5") {
-			t.Fatalf("the sidecar's seek reported %+v, want Succeeded at batch index 5 of the first entry", *seek)
-		}
+	rule := protocol.FlowRequest{UID: "uid-1", Revision: 1, Subscription: "s", State: protocol.Paused}
+	api.push(t, "orders", rule)
+	mark := w.rec.Mark()
+	index := int64(5)
+	rule.Revision, rule.Seek = 2, &protocol.SeekRequest{ID: "seek-1", Index: &index, Execute: true}
+	seek := api.awaitSeek(t, "orders", rule)
+	if seek.State != protocol.SeekSucceeded || len(seek.Positions) != 1 || seek.Positions[0].Index != 5 {
+		t.Fatalf("the sidecar's seek reported %+v, want Succeeded at index 5", *seek)
+	}
+	if batched := !opts.DisableBatching; batched != strings.HasSuffix(seek.Positions[0].MessageID, ":5") {
+		t.Fatalf("the target is %s; want batch index 5 in batches, none unbatched", seek.Positions[0].MessageID)
+	}
+	c := consumerNamed(t, w.sidecar, "s", name)
+	eventually(t, "the client to subscribe again, paused", func() bool { return c.Status().Connected })
+	onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
+	if permits := w.rec.Permits(onWire); permits != 0 {
+		t.Errorf("%d permits reached the broker while paused across the seek", permits)
+	}
+	if n := app.count(); n != 20 {
+		t.Errorf("the application received %d messages while paused, want the 20 from before", n)
+	}
 
-		rule.Revision, rule.State = 3, protocol.Running
-		rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
-		api.push(t, "orders", rule)
-		eventually(t, "the application to receive m-5 to m-19 again", func() bool { return app.count() >= 35 })
-		eventually(t, "the broker to have every acknowledgement after the replay", func() bool { return w.unacked(t, topic, "s") == 0 })
-		counts := map[string]int{}
-		for _, m := range app.messages() {
-			counts[m]++
+	rule.Revision, rule.State = 3, protocol.Running
+	rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
+	api.push(t, "orders", rule)
+	eventually(t, "the application to receive m-5 to m-19 again", func() bool { return app.count() >= 35 })
+	eventually(t, "the broker to have every acknowledgement after the replay", func() bool { return w.unacked(t, topic, "s") == 0 })
+	counts := map[string]int{}
+	for _, m := range app.messages() {
+		counts[m]++
+	}
+	for i, v := range sent {
+		if want := 1 + min(1, i/5); counts[v] != want && !(i >= 5 && counts[v] > 2) {
+			t.Errorf("%s reached the application %d times, want %d", v, counts[v], want)
 		}
-		for i, v := range sent {
-			if want := 1 + min(1, i/5); counts[v] != want && !(i >= 5 && counts[v] > 2) {
-				t.Errorf("%s reached the application %d times, want %d", v, counts[v], want)
-			}
-		}
-	})
+	}
 }
 
 // A seek of a partitioned topic executed by a sidecar, whose consumers each read one

@@ -111,31 +111,31 @@ func uniqueTopic(t testing.TB) string {
 // unload unloads a topic through the admin API: the broker closes its consumers.
 func (w *world) unload(t *testing.T, topic string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, w.admin+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
+	w.adminPut(t, "/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", "")
+}
+
+// adminPut makes a PUT to the admin API with a JSON body (none when empty) and fails t unless
+// it succeeds.
+func (w *world) adminPut(t *testing.T, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, w.admin+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		t.Fatalf("unload %s: %s", topic, resp.Status)
+		t.Fatalf("PUT %s: %s", path, resp.Status)
 	}
 }
 
 // createPartitioned creates a partitioned topic through the admin API.
 func (w *world) createPartitioned(t *testing.T, topic string, partitions int) {
 	t.Helper()
-	path := strings.TrimPrefix(topic, "persistent://")
-	req, _ := http.NewRequest(http.MethodPut, w.admin+"/admin/v2/persistent/"+path+"/partitions", strings.NewReader(fmt.Sprint(partitions)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("create partitioned topic %s: %s", topic, resp.Status)
-	}
+	w.adminPut(t, "/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/partitions", fmt.Sprint(partitions))
 }
 
 func newClient(t testing.TB, url string) pulsar.Client {

@@ -122,12 +122,7 @@ func TestStrictPauseGoClientKeepsItsHandler(t *testing.T) {
 	w := newWorld(t, Options{StrictPause: true})
 	topic := uniqueTopic(t)
 	producer := newClient(t, w.url)
-	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.url, Logger: log.NewLoggerWithSlog(debug)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	client := slowGoClient(t, w.url)
 	cons := collect(t, subscribe(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Name: "c1", ReceiverQueueSize: 10}))
 	all := produceUnbatched(t, producer, topic, "m", 0, 20)
 	eventually(t, "the first 20", func() bool { return len(missing(all, cons.values())) == 0 })
@@ -149,12 +144,7 @@ func TestBrokerCloseGoClientKeepsItsHandler(t *testing.T) {
 	w := newWorld(t)
 	topic := uniqueTopic(t)
 	producer := newClient(t, w.url)
-	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.url, Logger: log.NewLoggerWithSlog(debug)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	client := slowGoClient(t, w.url)
 	cons := collect(t, subscribe(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Name: "c1", ReceiverQueueSize: 10}))
 	var all []string
 	for round := range 15 {
@@ -164,6 +154,19 @@ func TestBrokerCloseGoClientKeepsItsHandler(t *testing.T) {
 		all = append(all, produceUnbatched(t, producer, topic, "m", 10*round, 10*(round+1))...)
 		eventually(t, fmt.Sprintf("everything after unload %d", round+1), func() bool { return len(missing(all, cons.values())) == 0 })
 	}
+}
+
+// slowGoClient is an in-process client with debug logging (discarded), which slows it enough
+// to open pulsar-client-go's handler race now and then.
+func slowGoClient(t *testing.T, url string) pulsar.Client {
+	t.Helper()
+	debug := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, Logger: log.NewLoggerWithSlog(debug)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return client
 }
 
 // forEachStrictPeer runs test for each client, as forEachPeer does, against a new world whose
