@@ -82,6 +82,12 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	setupLog := ctrl.Log.WithName("setup")
+	for name, n := range map[string]int{"push-parallelism": parallelism, "max-concurrent-reconciles": workers, "max-concurrent-status-writes": statusWrites} {
+		if n < 1 {
+			setupLog.Error(nil, "The flag must be at least 1", "flag", "--"+name, "value", n)
+			os.Exit(2)
+		}
+	}
 	// Between collections the heap grows to twice what is live (GOGC=100), which for a large
 	// fleet nears the container's memory limit. A soft limit at 90% of it makes the collector
 	// work harder near the limit instead of the container being killed (docs/design.md 4.16).

@@ -43,7 +43,7 @@ func (w *statusWriters) get(n int) chan struct{} {
 func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, flow *subflowv1.SubscriptionFlow, seen []string) {
 	key := client.ObjectKeyFromObject(flow)
 	log := ctrl.LoggerFrom(ctx)
-	slots := r.statusWrites.get(cmp.Or(r.MaxConcurrentStatusWrites, DefaultMaxConcurrentStatusWrites))
+	slots := r.statusWrites.get(cmp.Or(max(r.MaxConcurrentStatusWrites, 0), DefaultMaxConcurrentStatusWrites))
 	r.written.writing(key)
 	go func() {
 		slots <- struct{}{}

@@ -47,8 +47,7 @@ type flowRef struct {
 
 // world is one envtest control plane with a fleet of fake agents, their Pod objects and flows.
 type world struct {
-	c          client.Client
-	wc         client.WithWatch
+	c          client.WithWatch
 	cfg        *rest.Config // the API server's, with admin credentials
 	kubeconfig string
 	dir        string
@@ -101,7 +100,7 @@ func newWorld(b *testing.B, s shape) *world {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := &world{c: c, wc: c, cfg: cfg, dir: b.TempDir()}
+	w := &world{c: c, cfg: cfg, dir: b.TempDir()}
 	w.kubeconfig = filepath.Join(w.dir, "kubeconfig")
 	if err := testenv.WriteKubeconfig(w.kubeconfig, cfg); err != nil {
 		b.Fatal(err)
@@ -308,7 +307,7 @@ func (w *world) watchReported(b *testing.B, want subflowv1.FlowState, hanging bo
 	// The API server closes a watch that reads too slowly for a burst; a retry watcher resumes it.
 	watcher, err := watchtools.NewRetryWatcherWithContext(context.Background(), list.ResourceVersion, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return w.wc.Watch(ctx, &subflowv1.SubscriptionFlowList{}, &client.ListOptions{Raw: &opts})
+			return w.c.Watch(ctx, &subflowv1.SubscriptionFlowList{}, &client.ListOptions{Raw: &opts})
 		},
 	})
 	must(b, err)
