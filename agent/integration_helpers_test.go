@@ -339,6 +339,15 @@ func (e *env) delivered(topic, sub string, since wirerec.Mark) int {
 	return e.wire.Delivered(wirerec.Filter{Topic: topic, Subscription: sub, Since: since})
 }
 
+// mostDeliveredOnOneConnection is delivered for the connection that was sent the most.
+func (e *env) mostDeliveredOnOneConnection(topic, sub string, since wirerec.Mark) int {
+	most := 0
+	for _, m := range e.wire.Messages(wirerec.Filter{Topic: topic, Subscription: sub, Since: since}) {
+		most = max(most, e.wire.Delivered(wirerec.Filter{Topic: topic, Subscription: sub, Since: since, Conn: m.Conn}))
+	}
+	return most
+}
+
 // barrier returns once every command c queued before the call is in the record.
 func (e *env) barrier(t testing.TB, c pulsar.Consumer) {
 	t.Helper()

@@ -118,15 +118,16 @@ func TestIntegrationZeroQueuePausedKeepsOnePermitEvenOnReconnect(t *testing.T) {
 		return e.sessionCount(topic, "sub") > sessions && len(e.liveSessions(topic, "sub")) == 1 && e.backlog(t, topic, "sub") >= 20
 	})
 	e.barrier(t, c)
-	// The fetch in flight at Pause keeps its one permit. If its message had not come before
-	// the drop, the client grants that permit again on the new connection (pulsar-client-go
-	// v0.20 and later do, against a real broker's slower dispatch): never a second one.
-	if got, sent := e.permits(topic, "sub", atPause), e.delivered(topic, "sub", atPause); got > 1 || sent > 1 {
+	// The fetch in flight at Pause keeps its one permit. The client grants it again on the new
+	// connection (pulsar-client-go v0.20 and later do) whether or not its message came on the
+	// old one, which the drop discarded unacknowledged: never a second permit, never more than
+	// one message on any connection.
+	if got, sent := e.permits(topic, "sub", atPause), e.mostDeliveredOnOneConnection(topic, "sub", atPause); got > 1 || sent > 1 {
 		for _, ev := range e.wire.Events(wirerec.Filter{Topic: topic}) {
 			t.Logf("event %d conn %d %s %s permits %d msgs %d after-close %v", ev.Seq, ev.Conn, ev.Dir, ev.Type, ev.Permits, ev.Messages, ev.AfterClose)
 		}
 		t.Logf("mark at pause %d", atPause)
-		t.Fatalf("a paused zero-queue consumer granted %d permits and was sent %d messages after Pause, want at most 1 each", got, sent)
+		t.Fatalf("a paused zero-queue consumer granted %d permits and was sent %d messages on one connection after Pause, want at most 1 each", got, sent)
 	}
 	if n := col.count(); n != 5 {
 		t.Fatalf("%d messages reached the application while paused", n-5)
