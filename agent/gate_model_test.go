@@ -105,13 +105,19 @@ func (m *gateModel) mustDeliver(seq int) bool {
 
 func (m *gateModel) pushed(id copyID, kind copyKind) { m.inGate[id], m.sent[id.seq] = kind, true }
 
-// nacked: the application asked for a copy of seq, so the filter lets it through.
-func (m *gateModel) nacked(seq int) {
+// nacked: the application asked for a copy of seq. A copy the gate must still deliver is the
+// one asked for; otherwise the filter lets the broker's copies through. It reports whether it
+// does, so that the copies on their way (fakeBroker.wanted) pass too.
+func (m *gateModel) nacked(seq int) bool {
+	if m.mustDeliver(seq) {
+		return false
+	}
 	for id, kind := range m.inGate {
 		if id.seq == seq && kind == mustDrop {
 			m.inGate[id] = mayDeliver
 		}
 	}
+	return true
 }
 
 // deliver checks one message the application got.
@@ -169,6 +175,16 @@ func (b *fakeBroker) resend(kind func(seq int) copyKind) {
 	for seq := b.cursor; seq < b.produced; seq++ {
 		if !b.acked[seq] {
 			b.send(seq, kind(seq))
+		}
+	}
+}
+
+// wanted: the application nacked seq, and the copies of it the broker sent that the client
+// has not pushed yet may be delivered.
+func (b *fakeBroker) wanted(seq int) {
+	for _, m := range b.queue {
+		if m.id.seq == seq && b.kinds[m.id] == mustDrop {
+			b.kinds[m.id] = mayDeliver
 		}
 	}
 }
@@ -439,7 +455,9 @@ func (r *gateRun) nack() error {
 	r.log[len(r.log)-1] += strconv.Itoa(m.id.seq)
 	r.c.Nack(m)
 	if !r.model.stopped {
-		r.model.nacked(m.id.seq)
+		if r.model.nacked(m.id.seq) {
+			r.broker.wanted(m.id.seq)
+		}
 	}
 	return nil
 }

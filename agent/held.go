@@ -29,6 +29,17 @@ func (q *heldQueue) push(cm pulsar.ConsumerMessage, front bool) {
 	}
 }
 
+// has reports whether a copy of the message id is held.
+func (q *heldQueue) has(id pulsar.MessageID) bool {
+	k := keyOf(id)
+	for _, h := range q.items {
+		if keyOf(h.cm.Message.ID()) == k {
+			return true
+		}
+	}
+	return false
+}
+
 // pop takes the oldest held message.
 func (q *heldQueue) pop() (pulsar.ConsumerMessage, bool) {
 	if len(q.items) == 0 {

@@ -108,7 +108,12 @@ func (c *Consumer) nack(n deferredNack) {
 	if c.inner == nil {
 		return // stopped or closed: closing returned the message to the broker already
 	}
-	c.handed.forgetID(n.messageID())
+	// The application asked for the message again: the broker's next copy must pass the
+	// redelivery filter, unless the gate still holds a copy, which is the one asked for (the
+	// broker's copies of a message held through a pause are duplicates of it).
+	if id := n.messageID(); !c.held.has(id) {
+		c.handed.forgetID(id)
+	}
 	c.syncFastLocked()
 	if len(c.nacks) >= maxDeferredNacks {
 		c.metrics.m.nacksOverflow.Inc()
