@@ -36,9 +36,8 @@ func (k idKey) after(o idKey) bool {
 // An entry ends when a later message of the same partition arrives (the broker redelivers in
 // order, so no copy follows unless for another reason), when the application nacks it while
 // the gate holds no copy of it (it asked for the broker's copy), or when the cursor moves (seek,
-// Stop). Not when a copy arrives: each reconnect
-// while the message is held sends one more, and a copy taken before the next reconnect stays in
-// the gate's channel. Guarded by Consumer.mu.
+// Stop). Not when a copy arrives: each reconnect while the message is held sends one more, and a
+// copy taken before the next reconnect stays in the gate's channel. Guarded by Consumer.mu.
 type redeliveryFilter struct {
 	ids   map[idKey]struct{}
 	order []idKey // insertion order, for the bound
