@@ -341,9 +341,10 @@ func (e *env) delivered(topic, sub string, since wirerec.Mark) int {
 
 // mostDeliveredOnOneConnection is delivered for the connection that was sent the most.
 func (e *env) mostDeliveredOnOneConnection(topic, sub string, since wirerec.Mark) int {
-	most := 0
+	perConn, most := map[uint64]int{}, 0
 	for _, m := range e.wire.Messages(wirerec.Filter{Topic: topic, Subscription: sub, Since: since}) {
-		most = max(most, e.wire.Delivered(wirerec.Filter{Topic: topic, Subscription: sub, Since: since, Conn: m.Conn}))
+		perConn[m.Conn] += m.Messages
+		most = max(most, perConn[m.Conn])
 	}
 	return most
 }
