@@ -1,6 +1,11 @@
 # subflow - declarative pause, resume, stop and seek for Apache Pulsar subscriptions.
 
-IMG ?= ghcr.io/subflow-dev/subflow:latest
+# Images (hack/images; the chart and kustomize use the same names): <REGISTRY>/subflow-controller
+# and <REGISTRY>/subflow-sidecar, tagged TAG. An empty REGISTRY leaves the names bare.
+REGISTRY ?=
+TAG ?= dev
+ARCH ?= $(shell $(GO) env GOARCH)
+IMG ?= $(if $(REGISTRY),$(REGISTRY)/)subflow-controller:$(TAG)
 # OVERLAY picks the installation under config/: default (the controller manages its webhook
 # certificates) or cert-manager.
 OVERLAY ?= default
@@ -145,9 +150,17 @@ build: ## Build the controller, the kubectl plugin and the sidecar into bin/.
 run: ## Run the controller against the cluster in ~/.kube/config.
 	$(GO) run . --metrics-bind-address=:8080 --metrics-secure=false --health-probe-bind-address=:8081
 
-.PHONY: docker-build
-docker-build: ## Build the controller image.
-	docker build -t $(IMG) .
+.PHONY: images
+images: ## Build the controller, sidecar and example consumer images (no Docker daemon) as archives in dist/images (REGISTRY, TAG, ARCH).
+	$(GO) run ./hack/images -registry "$(REGISTRY)" -tag $(TAG) -arch $(ARCH) -out dist/images
+
+.PHONY: e2e
+e2e: ## Run the end-to-end suite on a real single-node Kubernetes with a real Pulsar (root; the first run builds the node's binaries and installs the runtime from Debian's packages).
+	hack/e2e/run.sh
+
+.PHONY: e2e-cluster
+e2e-cluster: ## Start the end-to-end suite's cluster by hand (Ctrl-C removes it); E2E_CLEAN=1 removes what a killed run left.
+	$(if $(E2E_CLEAN),$(GO) run ./hack/e2e/cluster clean,SUBFLOW_NODE_BINARIES=$$(hack/e2e/node-binaries.sh) $(GO) run ./hack/e2e/cluster up $$(ls dist/images/*.tar 2>/dev/null))
 
 ##@ Deployment
 
@@ -161,9 +174,9 @@ uninstall: ## Delete every SubscriptionFlow (the controller releases their pods)
 	kubectl delete -k config/crd --ignore-not-found
 
 .PHONY: deploy
-deploy: ## Deploy the controller with image IMG and its webhooks (OVERLAY=cert-manager for cert-manager's certificates).
+deploy: ## Deploy the controller with image IMG (or REGISTRY and TAG) and its webhooks (OVERLAY=cert-manager for cert-manager's certificates).
 	cd config/manager && kubectl kustomize . >/dev/null
-	kubectl kustomize config/$(OVERLAY) | sed 's#ghcr.io/subflow-dev/subflow:latest#$(IMG)#' | kubectl apply --server-side -f -
+	kubectl kustomize config/$(OVERLAY) | sed 's#image: subflow-controller:dev#image: $(IMG)#' | kubectl apply --server-side -f -
 
 .PHONY: undeploy
 undeploy: ## Delete every SubscriptionFlow while the controller runs (it releases their pods), then the controller and the CRD.

@@ -48,29 +48,10 @@ mkdir -p "$work/etcd"
 mv "$DEST/etcd.tmp" "$DEST/etcd"
 log "etcd ready after $(( $(date +%s) - started ))s"
 
-# kube-apiserver: k8s.io/kubernetes replaces its staging modules with local paths; a consumer
-# module must replace each of them with the published k8s.io/* module of the same release.
-mkdir -p "$work/apiserver"
-(
-  cd "$work/apiserver"
-  go mod init subflow.local/envtest-apiserver >/dev/null 2>&1
-  gomod="$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')"
-  staging_version="v0.${K8S_VERSION#1.}"
-  for mod in $(sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod"); do
-    go mod edit -replace "$mod=$mod@$staging_version"
-  done
-  go mod edit -require "k8s.io/kubernetes@v$K8S_VERSION"
-  printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > deps.go
-  log "resolving k8s.io/kubernetes v$K8S_VERSION dependencies"
-  go mod tidy >&2
-  rm deps.go
-  log "compiling kube-apiserver (the long part)"
-  pkg=k8s.io/component-base/version
-  ldflags="-s -w -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
-  ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$DEST/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-)
-mv "$DEST/kube-apiserver.tmp" "$DEST/kube-apiserver"
+# kube-apiserver (the long part).
+# shellcheck source=lib/k8s-build.sh
+. "$(dirname "$0")/lib/k8s-build.sh"
+k8s_build "$work/apiserver" "$K8S_VERSION" "$DEST" kube-apiserver
 if command -v kubectl >/dev/null 2>&1 && [ ! -e "$DEST/kubectl" ]; then
   ln -s "$(command -v kubectl)" "$DEST/kubectl"
 fi

@@ -7,7 +7,8 @@
 #   hack/pulsar/pulsar.sh classpath                             resolves the jars only (CI warm-up)
 #
 # PULSAR_VERSION picks the release (default: the one pom.xml names). --set overrides a line of
-# standalone.conf. The broker runs in a new temporary directory on free loopback ports with
+# standalone.conf. PULSAR_ADVERTISED_ADDRESS (default localhost) is the address the broker gives
+# clients and PULSAR_URL names; with another one, also --set bindAddress=0.0.0.0. The broker runs in a new temporary directory on free loopback ports with
 # --wipe-data, and is stopped by pid when the script ends, however it ends: a watchdog process
 # stops the JVM even if this script is killed outright. Start-up fails within
 # PULSAR_START_TIMEOUT seconds (default 180) with the reason and the log's last lines.
@@ -18,6 +19,7 @@ default_version=$(sed -n 's:.*<pulsar.version>\(.*\)</pulsar.version>.*:\1:p' "$
 version=${PULSAR_VERSION:-$default_version}
 cache=${SUBFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/subflow}/pulsar
 start_timeout=${PULSAR_START_TIMEOUT:-180}
+advertised=${PULSAR_ADVERTISED_ADDRESS:-localhost}
 
 log() { echo "pulsar: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -144,7 +146,7 @@ launch() {
 		-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver \
 		-Dlog4j.configurationFile="$here/log4j2.xml" -Dpulsar.log.file="$work/broker.log" \
 		-cp "$(cat "$cp")" org.apache.pulsar.PulsarStandaloneStarter -c "$work/standalone.conf" \
-		--no-functions-worker --no-stream-storage -a localhost --wipe-data \
+		--no-functions-worker --no-stream-storage -a "$advertised" --wipe-data \
 		--metadata-dir "$work/metadata" --bookkeeper-dir "$work/bookkeeper" --bookkeeper-port "$bookie_port" \
 		>"$work/stdout.log" 2>&1) &
 	jvm=$!
@@ -152,8 +154,8 @@ launch() {
 	(trap '' INT; while kill -0 $$ 2>/dev/null; do sleep 1; done; kill -9 "$jvm" 2>/dev/null; rm -rf "$work") >/dev/null 2>&1 &
 	watchdog=$!
 
-	PULSAR_URL="pulsar://localhost:$broker_port"
-	PULSAR_ADMIN_URL="http://localhost:$web_port"
+	PULSAR_URL="pulsar://$advertised:$broker_port"
+	PULSAR_ADMIN_URL="http://$advertised:$web_port"
 	local deadline=$((SECONDS + start_timeout))
 	# Ready when the default namespace exists and the broker's health check (a produce and a
 	# consume on a system topic) passes.
