@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,44 +18,156 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// decodeFlowRequest reads one FlowRequest strictly: unknown fields (also a known name in
-// another case, which encoding/json would accept), repeated fields, trailing data and
-// inconsistent values are errors that name the problem. sigs.k8s.io/json decodes as the
-// Kubernetes API server does, case-sensitively, and names each strict problem with its path.
-func decodeFlowRequest(body io.Reader) (protocol.FlowRequest, error) {
+// decodeFlowRequest reads one FlowRequest. Fields it does not know are ignored and returned
+// (a newer controller's optional fields; see protocol.RequiresHeader for the others); a
+// repeated field, a known field's name in another case (which encoding/json would take for
+// it), trailing data and inconsistent values are errors that name the problem. The values are
+// decoded with sigs.k8s.io/json, case-sensitively, as the Kubernetes API server does.
+func decodeFlowRequest(body io.Reader) (protocol.FlowRequest, []string, error) {
 	var req protocol.FlowRequest
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return req, fmt.Errorf("request body larger than %d bytes", tooLarge.Limit)
+			return req, nil, fmt.Errorf("request body larger than %d bytes", tooLarge.Limit)
 		}
-		return req, fmt.Errorf("reading the body: %w", err)
+		return req, nil, fmt.Errorf("reading the body: %w", err)
 	}
-	if err := oneValue(data); err != nil {
-		return req, fmt.Errorf("invalid JSON: %w", err)
-	}
-	strict, err := sigsjson.UnmarshalStrict(data, &req, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	ignored, err := checkFields(data, reflect.TypeFor[protocol.FlowRequest]())
 	if err != nil {
-		return req, fmt.Errorf("invalid JSON: %w", err)
+		return req, nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	if len(strict) > 0 {
-		return req, fmt.Errorf("invalid JSON: %w", errors.Join(strict...))
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &req); err != nil {
+		return req, nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	return req, validate(req)
+	return req, ignored, validate(req)
 }
 
-// oneValue refuses a body with anything after its first JSON value.
-func oneValue(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var first json.RawMessage
-	if err := dec.Decode(&first); err != nil {
+// fieldWalk walks a JSON value along the Go type it decodes into, checking the keys of every
+// object the type knows. Only known fields are descended into, so the walk is as deep as the
+// type; an unknown field's value is skipped whole.
+type fieldWalk struct {
+	dec     *json.Decoder
+	ignored []string // distinct paths, at most protocol.MaxIgnoredFields
+}
+
+// checkFields returns the paths of the fields of data that t does not know, and an error for a
+// repeated key, a known name in another case, or anything after the first value.
+func checkFields(data []byte, t reflect.Type) ([]string, error) {
+	w := &fieldWalk{dec: json.NewDecoder(bytes.NewReader(data))}
+	if err := w.value(t, ""); err != nil {
+		return nil, err
+	}
+	if w.dec.More() {
+		return nil, errors.New("more than one object in the body")
+	}
+	return w.ignored, nil
+}
+
+func (w *fieldWalk) value(t reflect.Type, path string) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || (t.Kind() != reflect.Struct && t.Kind() != reflect.Slice) {
+		var skip json.RawMessage
+		return w.dec.Decode(&skip)
+	}
+	tok, err := w.dec.Token()
+	if err != nil {
 		return err
 	}
-	if dec.More() {
-		return errors.New("more than one object in the body")
+	switch {
+	case tok == json.Delim('{') && t.Kind() == reflect.Struct:
+		return w.object(t, path)
+	case tok == json.Delim('[') && t.Kind() == reflect.Slice:
+		for i := 0; w.dec.More(); i++ {
+			if err := w.value(t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		_, err = w.dec.Token()
+		return err
+	case tok == json.Delim('{') || tok == json.Delim('['):
+		return w.skipRest() // the typed decode names the mismatch
 	}
 	return nil
+}
+
+func (w *fieldWalk) object(t reflect.Type, path string) error {
+	known := jsonFields(t)
+	seen := map[string]bool{}
+	for w.dec.More() {
+		tok, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		at := key
+		if path != "" {
+			at = path + "." + key
+		}
+		if seen[key] {
+			return fmt.Errorf("duplicate field %q", at)
+		}
+		seen[key] = true
+		field, ok := known[key]
+		if !ok {
+			for name := range known {
+				if strings.EqualFold(name, key) {
+					return fmt.Errorf("unknown field %q: names are case-sensitive, this one is %q", at, name)
+				}
+			}
+			w.ignore(at)
+		}
+		if err := w.value(field, at); err != nil {
+			return err
+		}
+	}
+	_, err := w.dec.Token()
+	return err
+}
+
+// skipRest consumes the rest of an object or array whose opening delimiter was read.
+func (w *fieldWalk) skipRest() error {
+	for depth := 1; depth > 0; {
+		tok, err := w.dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+	return nil
+}
+
+// listIndex matches the index of a list element in a field path.
+var listIndex = regexp.MustCompile(`\[[0-9]+\]`)
+
+// ignore records an unknown field once per path, list elements folded into "[]".
+func (w *fieldWalk) ignore(path string) {
+	path = listIndex.ReplaceAllString(path, "[]")
+	if !slices.Contains(w.ignored, path) && len(w.ignored) < protocol.MaxIgnoredFields {
+		w.ignored = append(w.ignored, path)
+	}
+}
+
+// jsonFields maps the JSON names of a struct's fields to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "-" && f.IsExported() {
+			if name == "" {
+				name = f.Name
+			}
+			out[name] = f.Type
+		}
+	}
+	return out
 }
 
 func validate(req protocol.FlowRequest) error {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,10 +142,13 @@ func NewForHost(h Host, opts Options) (*Server, error) {
 }
 
 // Handler serves the control API. The flow endpoints are routed before the mux, which would
-// clean "..", "//" and decoded "%2F" out of the path and redirect instead of refusing.
+// clean "..", "//" and decoded "%2F" out of the path and redirect instead of refusing. Every
+// answer names the agent's protocol version.
 func (s *Server) Handler() http.Handler {
 	flows := s.authenticated(s.serveFlow)
+	version := []string{strconv.Itoa(protocol.Version)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()[protocol.VersionHeader] = version
 		if strings.HasPrefix(r.URL.EscapedPath(), flowsPrefix) {
 			flows.ServeHTTP(w, r)
 			return
@@ -200,8 +204,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
-// authenticated checks the bearer token before anything else of the request is read. A
-// refused request gets its answer at once and its connection is closed, its body unread.
+// authenticated checks the bearer token before anything else of the request is read, then
+// that the agent has the features the request requires. A refused request gets its answer at
+// once and its connection is closed, its body unread.
 func (s *Server) authenticated(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		got, ok := bearerToken(r.Header.Get("Authorization"))
@@ -222,6 +227,10 @@ func (s *Server) authenticated(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		trustConn(r.Context())
+		if missing := missingFeatures(r.Header); len(missing) > 0 {
+			refuseTooOld(w, missing)
+			return
+		}
 		next(w, r)
 	}
 }
@@ -259,7 +268,7 @@ func jsonContent(contentType string) error {
 }
 
 func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name string) {
-	req, err := decodeFlowRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	req, ignored, err := decodeFlowRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, protocol.Error{Reason: protocol.ReasonBadRequest, Message: err.Error()})
 		return
@@ -283,7 +292,10 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 	status := protocol.FlowStatus{
 		Pod:             s.host.Name(),
 		Kind:            s.host.Kind(),
+		ProtocolVersion: protocol.Version,
+		AgentVersion:    agentVersion(),
 		AppliedRevision: req.Revision,
+		IgnoredFields:   ignored,
 		Consumers:       statuses(consumers),
 		Seek:            s.rules.startSeek(rl, seek, consumers),
 		Conflict:        s.rules.conflicts(rl, consumers),
@@ -293,7 +305,9 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 	if len(consumers) == 0 {
 		status.OtherConsumers = otherConsumers(s.host.Consumers())
 	}
-	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State, "consumers", len(consumers))
+	controllerProtocol, _ := strconv.Atoi(r.Header.Get(protocol.VersionHeader))
+	s.log.V(1).Info("Flow rule applied", "flow", rl.key, "revision", req.Revision, "state", req.State,
+		"consumers", len(consumers), "controllerProtocol", controllerProtocol, "ignoredFields", ignored)
 	writeJSON(w, http.StatusOK, status)
 }
 
@@ -344,7 +358,8 @@ func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request, key string) 
 
 func (s *Server) getState(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, protocol.AgentState{
-		Pod: s.host.Name(), Kind: s.host.Kind(), Flows: s.rules.summary(), Consumers: statuses(s.host.Consumers()),
+		Pod: s.host.Name(), Kind: s.host.Kind(), ProtocolVersion: protocol.Version, AgentVersion: agentVersion(),
+		Flows: s.rules.summary(), Consumers: statuses(s.host.Consumers()),
 	})
 }
 
@@ -375,15 +390,22 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-func writeError(w http.ResponseWriter, code int, e protocol.Error) { writeJSON(w, code, e) }
+func writeError(w http.ResponseWriter, code int, e protocol.Error) {
+	e.ProtocolVersion = protocol.Version
+	writeJSON(w, code, e)
+}
 
 // refuse answers a request whose body is not going to be read, and closes the connection
 // without reading the body: net/http would otherwise read up to 256 KiB of it, before or
 // after the answer, at whatever pace the peer sends.
 func refuse(w http.ResponseWriter, code int, reason, message string) {
+	refuseWith(w, code, protocol.Error{Reason: reason, Message: message})
+}
+
+func refuseWith(w http.ResponseWriter, code int, e protocol.Error) {
 	w.Header().Set("Connection", "close")
 	// Ends the read that net/http makes after the handler; an error just means the request
 	// did not come through a server (tests calling the handler directly).
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
-	writeError(w, code, protocol.Error{Reason: reason, Message: message})
+	writeError(w, code, e)
 }

@@ -150,7 +150,7 @@ func TestBadRequestsAreRefusedWithJSONErrors(t *testing.T) {
 	url := ts.URL + protocol.PathPrefix + "/flows/ns/f"
 	tests := []struct{ name, body, want string }{
 		{"malformed JSON", `{"uid":`, "invalid JSON"},
-		{"unknown field", flowBody(1, protocol.Paused, `,"speed":3`), `unknown field \"speed\"`},
+		{"repeated field", flowBody(1, protocol.Paused, `,"state":"Running"`), `duplicate field \"state\"`},
 		{"two objects", flowBody(1, protocol.Paused, "") + "{}", "more than one object"},
 		{"missing uid", `{"revision":1,"subscription":"s","state":"Paused"}`, "uid is required"},
 		{"zero revision", flowBody(0, protocol.Paused, ""), "revision must be at least 1"},

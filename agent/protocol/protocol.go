@@ -3,7 +3,10 @@
 // sides, and applications, can import it cheaply.
 package protocol
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // DefaultPort is the agent's control port when the pod names no container port "subflow".
 const DefaultPort = 9470
@@ -24,6 +27,44 @@ const (
 
 // PathPrefix is the versioned root of every agent endpoint.
 const PathPrefix = "/subflow/v1"
+
+// Version is the agent protocol this build speaks (docs/design.md, section 4.17: versions
+// and skew). Version 1 is every agent that reports no version: it refuses a request with a field
+// it does not know. From version 2 on, an agent ignores the fields it does not know and refuses
+// a request that requires, in RequiresHeader, a feature it lacks. Agents report their version
+// in VersionHeader on every answer and in the protocolVersion of every JSON answer.
+const Version = 2
+
+// VersionHeader carries the sender's protocol version, a decimal integer: the controller's in
+// a request, the agent's in an answer.
+const VersionHeader = "Subflow-Protocol"
+
+// RequiresHeader lists, comma-separated, the features a request relies on: an agent lacking
+// one of them refuses the whole request (422, ReasonAgentTooOld) and changes nothing, where it
+// would otherwise ignore what it does not know. A controller names a feature there when an
+// agent that ignored it would do something else than asked.
+const RequiresHeader = "Subflow-Requires"
+
+// features are what this build implements, each named by the request field it introduced, as
+// the field's JSON path with "[]" for a list's elements, or "path=Value" for a new value of a
+// known field. Every optional field of FlowRequest is one; the required ones are the baseline.
+var features = []string{
+	"topic", "reportBacklog",
+	"seek", "seek.index", "seek.partitions", "seek.execute", "seek.succeeded",
+	"seek.movedPartitions", "seek.positions", "seek.positions[].cursor",
+}
+
+// Features lists the features this build implements, for RequiresHeader.
+func Features() []string { return slices.Clone(features) }
+
+// HasFeature reports whether this build implements the named feature.
+func HasFeature(name string) bool { return slices.Contains(features, name) }
+
+// MaxMissingFeatures bounds Error.MissingFeatures.
+const MaxMissingFeatures = 20
+
+// MaxIgnoredFields bounds FlowStatus.IgnoredFields.
+const MaxIgnoredFields = 20
 
 // State is how a subscription should flow, or how a consumer actually flows.
 type State string
@@ -118,8 +159,16 @@ type FlowStatus struct {
 	Pod string `json:"pod"`
 	// Kind is KindAgent or KindSidecar; empty (an older agent) means KindAgent.
 	Kind string `json:"kind,omitempty"`
+	// ProtocolVersion is the agent's protocol Version; absent from version 1 agents.
+	ProtocolVersion int `json:"protocolVersion,omitempty"`
+	// AgentVersion is the subflow module version the agent was built from, when known.
+	AgentVersion string `json:"agentVersion,omitempty"`
 	// AppliedRevision is the revision now in force for this flow's UID.
 	AppliedRevision int64 `json:"appliedRevision"`
+	// IgnoredFields names, by JSON path ("[]" for a list's elements), the request's fields
+	// the agent does not know and ignored: a newer controller's optional fields (at most
+	// MaxIgnoredFields).
+	IgnoredFields []string `json:"ignoredFields,omitempty"`
 	// Consumers lists every consumer the rule matched, with their observed state.
 	Consumers []ConsumerStatus `json:"consumers"`
 	// Seek reports the seek of the current request, if any.
@@ -290,10 +339,13 @@ type SeekPosition struct {
 
 // AgentState is the body of GET {PathPrefix}/state.
 type AgentState struct {
-	Pod       string           `json:"pod"`
-	Kind      string           `json:"kind,omitempty"`
-	Flows     []FlowSummary    `json:"flows"`
-	Consumers []ConsumerStatus `json:"consumers"`
+	Pod  string `json:"pod"`
+	Kind string `json:"kind,omitempty"`
+	// ProtocolVersion and AgentVersion are as in FlowStatus.
+	ProtocolVersion int              `json:"protocolVersion,omitempty"`
+	AgentVersion    string           `json:"agentVersion,omitempty"`
+	Flows           []FlowSummary    `json:"flows"`
+	Consumers       []ConsumerStatus `json:"consumers"`
 }
 
 // FlowSummary is one flow rule an agent holds.
@@ -313,6 +365,11 @@ type Error struct {
 	// AppliedRevision is the revision the agent holds for the flow, set with ReasonStaleRevision
 	// so that the controller can move past it in one step.
 	AppliedRevision int64 `json:"appliedRevision,omitempty"`
+	// ProtocolVersion is the answering agent's protocol Version; absent from version 1 agents.
+	ProtocolVersion int `json:"protocolVersion,omitempty"`
+	// MissingFeatures, with ReasonAgentTooOld, lists the features the request required that
+	// the agent lacks (at most MaxMissingFeatures).
+	MissingFeatures []string `json:"missingFeatures,omitempty"`
 }
 
 // Reasons of Error.
@@ -329,4 +386,7 @@ const (
 	// ReasonUIDMismatch (409): a DELETE named another UID than the rule's.
 	ReasonUIDMismatch = "UIDMismatch"
 	ReasonNotFound    = "NotFound"
+	// ReasonAgentTooOld (422): the request requires features (RequiresHeader) the agent lacks;
+	// nothing was changed. Upgrade the agent, or the pod's sidecar.
+	ReasonAgentTooOld = "AgentTooOld"
 )
