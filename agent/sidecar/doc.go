@@ -23,8 +23,10 @@
 // verified (Options.TLSCAFile).
 //
 // Frames are bounded by Options.MaxFrameSize in both directions. Garbage, an oversized frame, a
-// command that does not parse, a first command other than CONNECT or no CONNECT at all close
-// that connection, with the reason logged; other connections are not affected. A FLOW for a
+// command that does not parse, a command the broker could read otherwise than the sidecar (its
+// type given twice, a field beside its type's, a sub-message given twice: frame.go), a first
+// command other than CONNECT or no CONNECT at all close that connection, with the reason
+// logged; other connections are not affected. A FLOW for a
 // consumer the connection never subscribed is dropped (it can only race a close).
 //
 // # The frame gate (consumer.go)

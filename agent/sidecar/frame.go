@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
@@ -60,12 +61,108 @@ func parseFrame(raw []byte) (frame, error) {
 		return frame{}, fmt.Errorf("%w: command of %d bytes in a frame of %d", errBadFrame, cmdSize, len(raw))
 	}
 	f := frame{raw: raw, cmd: raw[8 : 8+cmdSize], payload: raw[8+cmdSize:]}
-	typ, err := pb.CommandType(f.cmd)
+	typ, err := commandType(f.cmd)
 	if err != nil {
 		return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
 	f.typ = typ
 	return f, nil
+}
+
+// The gate must read every command as the broker does, or a client could pass it a FLOW or a
+// SUBSCRIBE it reads as something else. The broker's decoder (LightProto) takes the last of a
+// field given twice and replaces a sub-message given twice, where Go's protobuf merges it;
+// no client encodes a field twice. So the sidecar refuses what the two could read apart: a
+// type given twice, a field beside the sub-message the type names (Pulsar numbers each
+// command's field as its type) and, in the commands it decodes, a sub-message given twice.
+//
+// commandType reads BaseCommand.type of a command holding nothing else but its type's field.
+func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
+	var typ pb.BaseCommand_Type
+	typed, own := false, protowire.Number(0)
+	for len(cmd) > 0 {
+		num, wt, value, rest, err := consumeField(cmd)
+		if err != nil {
+			return 0, err
+		}
+		cmd = rest
+		switch {
+		case num == fieldCommandType && wt == protowire.VarintType && !typed:
+			v, _ := protowire.ConsumeVarint(value)
+			typ, typed = pb.BaseCommand_Type(v), true // the low 32 bits, as the broker reads an enum
+		case num == fieldCommandType:
+			return 0, errors.New("command type given twice")
+		case wt == protowire.BytesType && own == 0:
+			own = num
+		case num == own:
+			return 0, fmt.Errorf("command field %d given twice", num)
+		default:
+			return 0, fmt.Errorf("command with field %d beside its type's", num)
+		}
+	}
+	if !typed {
+		return 0, errors.New("command without a type")
+	}
+	if own != 0 && own != protowire.Number(typ) {
+		return 0, fmt.Errorf("%v command carrying field %d", typ, own)
+	}
+	return typ, nil
+}
+
+const fieldCommandType = 1
+
+// consumeField splits the first field off an encoded message: its number, wire type and
+// encoded value (tag excluded).
+func consumeField(b []byte) (protowire.Number, protowire.Type, []byte, []byte, error) {
+	num, wt, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, protowire.ParseError(n)
+	}
+	b = b[n:]
+	if n = protowire.ConsumeFieldValue(num, wt, b); n < 0 {
+		return 0, 0, nil, nil, protowire.ParseError(n)
+	}
+	return num, wt, b[:n], b[n:], nil
+}
+
+var baseCommand = (*pb.BaseCommand)(nil).ProtoReflect().Descriptor()
+
+// maxNesting bounds how deep checkSubMessagesOnce follows sub-messages; Pulsar's commands
+// nest three deep.
+const maxNesting = 16
+
+// checkSubMessagesOnce refuses an encoded message of type md in which a singular sub-message
+// is given twice, at any depth.
+func checkSubMessagesOnce(b []byte, md protoreflect.MessageDescriptor, depth int) error {
+	if depth > maxNesting {
+		return errors.New("command nested too deep")
+	}
+	var seen uint64 // by field number below 64, which is every sub-message field of the protocol
+	for len(b) > 0 {
+		num, wt, value, rest, err := consumeField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		fd := md.Fields().ByNumber(num)
+		if fd == nil || fd.Message() == nil || wt != protowire.BytesType {
+			continue
+		}
+		if fd.Cardinality() != protoreflect.Repeated {
+			if num >= 64 {
+				return fmt.Errorf("%s: field number %d not expected", fd.FullName(), num)
+			}
+			if seen&(1<<num) != 0 {
+				return fmt.Errorf("%s given twice", fd.FullName())
+			}
+			seen |= 1 << num
+		}
+		inner, _ := protowire.ConsumeBytes(value)
+		if err := checkSubMessagesOnce(inner, fd.Message(), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decodeOptions accept commands that miss required fields: the broker judges them, the
@@ -77,6 +174,9 @@ var (
 )
 
 func (f frame) decode() (*pb.BaseCommand, error) {
+	if err := checkSubMessagesOnce(f.cmd, baseCommand, 0); err != nil {
+		return nil, fmt.Errorf("%w: %v command: %v", errBadFrame, f.typ, err)
+	}
 	var cmd pb.BaseCommand
 	if err := decodeOptions.Unmarshal(f.cmd, &cmd); err != nil {
 		return nil, fmt.Errorf("%w: %v command: %v", errBadFrame, f.typ, err)
