@@ -266,7 +266,15 @@ func (c *conn) clientAck(f frame) error {
 	if err != nil {
 		return clientError(err)
 	}
-	if cons := c.consumer(cmd.GetAck().GetConsumerId()); cons != nil && cons.translateAck(cmd.GetAck()) {
+	cons := c.consumer(cmd.GetAck().GetConsumerId())
+	if cons == nil {
+		return c.toBroker.write(false, f.raw)
+	}
+	changed, err := cons.translateAck(cmd.GetAck(), c.s.opts.MaxFrameSize)
+	if err != nil {
+		return clientError(fmt.Errorf("%w: %w", errBadFrame, err))
+	}
+	if changed {
 		return c.toBroker.write(false, encodeCommand(cmd))
 	}
 	return c.toBroker.write(false, f.raw)

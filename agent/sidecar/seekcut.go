@@ -94,14 +94,16 @@ func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32) ([]byte, int64, e
 	if meta.NumMessagesInBatch == nil || keepFrom <= 0 || keepFrom >= n {
 		return nil, 0, fmt.Errorf("%w: message %d of a batch of %d", errCannotCut, keepFrom, n)
 	}
-	if meta.GetUncompressedSize() > maxCutBatch {
-		return nil, 0, fmt.Errorf("%w: %d bytes uncompressed", errCannotCut, meta.GetUncompressedSize())
+	// Allocation follows what the entry holds, not what its metadata claims.
+	codec, size := meta.GetCompression(), int64(meta.GetUncompressedSize())
+	if size > maxCutBatch || (codec != compressionNone && size > maxExpansion(codec)*int64(len(body))) {
+		return nil, 0, fmt.Errorf("%w: %d bytes uncompressed announced for %d compressed", errCannotCut, size, len(body))
 	}
-	batch, err := decompress(meta.GetCompression(), body, int(meta.GetUncompressedSize()))
+	batch, err := decompress(codec, body, int(size))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 	}
-	rest, err := skipMessages(batch, int(keepFrom))
+	rest, err := messagesFrom(batch, int(n), int(keepFrom))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 	}
@@ -126,14 +128,28 @@ func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32) ([]byte, int64, e
 
 // translateAck renumbers, in an ACK of the cut entry, the batch indexes the client gives
 // (counted in the cut entry) to the broker's (counted in the whole entry); the messages before
-// the target count as acknowledged. It tells whether it changed the command.
-func (c *Consumer) translateAck(ack *pb.CommandAck) bool {
+// the target count as acknowledged. It tells whether it changed the command. An ACK whose bit
+// sets would grow beyond maxBytes (what a frame may hold) is refused: a client acknowledges an
+// entry once per ACK.
+func (c *Consumer) translateAck(ack *pb.CommandAck, maxBytes int) (bool, error) {
 	c.mu.Lock()
 	cut, size := c.cut, int(c.cutSize)
 	c.mu.Unlock()
+	if cut == nil || size == 0 {
+		return false, nil
+	}
+	sets := 0
+	for _, id := range ack.GetMessageId() {
+		if cut.matches(id) && len(id.GetAckSet()) > 0 {
+			sets++
+		}
+	}
+	if grown := sets * (size + 63) / 64 * 8; grown > maxBytes {
+		return false, fmt.Errorf("an ACK naming the cut entry %d times would grow to %d bytes", sets, grown)
+	}
 	changed := false
 	for _, id := range ack.GetMessageId() {
-		if cut == nil || size == 0 || !cut.matches(id) {
+		if !cut.matches(id) {
 			continue
 		}
 		from := int(cut.keepFrom)
@@ -148,7 +164,7 @@ func (c *Consumer) translateAck(ack *pb.CommandAck) bool {
 		}
 		changed = true
 	}
-	return changed
+	return changed, nil
 }
 
 // renumberBits builds a bit set (Java's BitSet.toLongArray, as the protocol carries it) of n
@@ -164,27 +180,52 @@ func renumberBits(words []int64, n int, from func(i int) int) []int64 {
 	return out
 }
 
-// skipMessages returns a batch payload from its message skip on: each message is a 4-byte
-// size, its SingleMessageMetadata, then payload_size bytes.
-func skipMessages(batch []byte, skip int) ([]byte, error) {
+// messagesFrom returns a batch payload from its message from on, having checked that the batch
+// holds its n messages: each is a 4-byte size, its SingleMessageMetadata, then payload_size
+// bytes. Each takes 4 bytes at least, so a count the bytes cannot hold ends the walk early.
+func messagesFrom(batch []byte, n, from int) ([]byte, error) {
+	var rest []byte
 	p := batch
-	for range skip {
+	for i := range n {
+		if i == from {
+			rest = p
+		}
 		if len(p) < 4 || uint64(binary.BigEndian.Uint32(p))+4 > uint64(len(p)) {
-			return nil, errors.New("batch shorter than its metadata says")
+			return nil, fmt.Errorf("batch holds %d messages, its metadata says %d", i, n)
 		}
 		size := binary.BigEndian.Uint32(p)
-		var single pb.SingleMessageMetadata
-		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(p[4:4+size], &single); err != nil {
+		payload, err := payloadSize(p[4 : 4+size])
+		if err != nil {
 			return nil, err
 		}
 		p = p[4+size:]
-		if payload := int(single.GetPayloadSize()); payload < 0 || payload > len(p) {
-			return nil, errors.New("batch shorter than its metadata says")
-		} else {
-			p = p[payload:]
+		if payload < 0 || int(payload) > len(p) {
+			return nil, fmt.Errorf("batch holds %d messages, its metadata says %d", i, n)
+		}
+		p = p[payload:]
+	}
+	return rest, nil
+}
+
+// fieldSinglePayloadSize is SingleMessageMetadata.payload_size.
+const fieldSinglePayloadSize = 3
+
+// payloadSize reads a SingleMessageMetadata's payload_size (the last one given, as decoders
+// do) without decoding the rest.
+func payloadSize(single []byte) (int32, error) {
+	var size int32
+	for len(single) > 0 {
+		num, wt, value, rest, err := consumeField(single)
+		if err != nil {
+			return 0, err
+		}
+		single = rest
+		if num == fieldSinglePayloadSize && wt == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(value)
+			size = int32(v)
 		}
 	}
-	return p, nil
+	return size, nil
 }
 
 // assembleMessage frames a MESSAGE: [total][cmd size][cmd][broker entry][0x0e01][crc32c]
@@ -207,7 +248,23 @@ func assembleMessage(cmd, brokerEntry, meta, payload []byte) []byte {
 	return out
 }
 
-// decompress opens a batch payload with the codec its metadata names.
+// maxExpansion is the most a codec writes per byte of input: LZ4 255 (a length's extension
+// byte), deflate 1032, Snappy 22 (a three-byte copy of 64 bytes), zstd 32768 (a four-byte RLE
+// block of 128 KiB).
+func maxExpansion(codec int32) int64 {
+	switch codec {
+	case compressionLZ4:
+		return 255
+	case compressionZLIB:
+		return 1032
+	case compressionSnappy:
+		return 22
+	}
+	return 32 << 10
+}
+
+// decompress opens a batch payload with the codec its metadata names, into at most size bytes
+// (the size announced, which the caller has checked the body can hold).
 func decompress(codec int32, body []byte, size int) ([]byte, error) {
 	switch codec {
 	case compressionNone:
@@ -224,12 +281,16 @@ func decompress(codec int32, body []byte, size int) ([]byte, error) {
 		defer r.Close()
 		return io.ReadAll(io.LimitReader(r, int64(size)+1))
 	case compressionZSTD:
-		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxCutBatch))
+		// DecodeAll refuses a frame announcing more than this bound before allocating, and stops
+		// one that announces nothing once its output passes it. Its window may not pass it
+		// either: a one-shot encoder's window covers the content, the smallest is 1 KiB.
+		limit := uint64(max(size, zstd.MinWindowSize))
+		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(limit))
 		if err != nil {
 			return nil, err
 		}
 		defer d.Close()
-		return d.DecodeAll(body, make([]byte, 0, size))
+		return d.DecodeAll(body, nil)
 	case compressionSnappy:
 		if n, err := snappy.DecodedLen(body); err != nil || n > size {
 			return nil, fmt.Errorf("snappy: %d bytes decoded, %d announced (%v)", n, size, err)

@@ -7,8 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/go-logr/logr"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zstd"
@@ -25,6 +29,22 @@ import (
 // the CommandMessage's (nil: none).
 func batchFrame(t *testing.T, n int, codec int32, ackSet []int64, extraMeta []byte) frame {
 	t.Helper()
+	batch := batchOf(t, n)
+	meta := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1),
+		NumMessagesInBatch: proto.Int32(int32(n)), UncompressedSize: proto.Uint32(uint32(len(batch)))}
+	if codec != compressionNone {
+		meta.Compression = proto.Int32(codec)
+	}
+	rawMeta, err := proto.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entryFrame(t, append(rawMeta, extraMeta...), compress(t, codec, batch), ackSet)
+}
+
+// batchOf is an uncompressed batch of "m-0".."m-<n-1>".
+func batchOf(t *testing.T, n int) []byte {
+	t.Helper()
 	var batch []byte
 	for i := range n {
 		body := fmt.Appendf(nil, "m-%d", i)
@@ -35,21 +55,19 @@ func batchFrame(t *testing.T, n int, codec int32, ackSet []int64, extraMeta []by
 		batch = binary.BigEndian.AppendUint32(batch, uint32(len(single)))
 		batch = append(append(batch, single...), body...)
 	}
-	meta := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1),
-		NumMessagesInBatch: proto.Int32(int32(n)), UncompressedSize: proto.Uint32(uint32(len(batch)))}
-	if codec != compressionNone {
-		meta.Compression = proto.Int32(codec)
-	}
-	rawMeta, err := proto.Marshal(meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return batch
+}
+
+// entryFrame is a MESSAGE frame of entry 3:7 with broker-entry metadata, a checksum, the
+// serialized MessageMetadata meta and body.
+func entryFrame(t *testing.T, meta, body []byte, ackSet []int64) frame {
+	t.Helper()
 	entryMeta, _ := proto.Marshal(&pb.BrokerEntryMetadata{Index: proto.Uint64(99)})
 	brokerEntry := binary.BigEndian.AppendUint16(nil, magicBrokerEntry)
 	brokerEntry = append(binary.BigEndian.AppendUint32(brokerEntry, uint32(len(entryMeta))), entryMeta...)
 	cmd, _ := proto.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}, AckSet: ackSet}})
-	f, err := parseFrame(assembleMessage(cmd, brokerEntry, append(rawMeta, extraMeta...), compress(t, codec, batch)))
+	f, err := parseFrame(assembleMessage(cmd, brokerEntry, meta, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +237,8 @@ func TestTranslateAck(t *testing.T) {
 		{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7), BatchIndex: proto.Int32(1), BatchSize: proto.Int32(5), AckSet: clientSet},
 		{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(8)},
 	}}
-	if !c.translateAck(ack) {
-		t.Fatal("the ACK of the cut entry was left as it was")
+	if changed, err := c.translateAck(ack, DefaultMaxFrameSize); err != nil || !changed {
+		t.Fatalf("the ACK of the cut entry was left as it was (%v)", err)
 	}
 	id := ack.GetMessageId()[0]
 	want := bitsExcept(10, 0, 1, 2, 3, 4, 6)
@@ -230,7 +248,7 @@ func TestTranslateAck(t *testing.T) {
 	if other := ack.GetMessageId()[1]; other.BatchIndex != nil || other.AckSet != nil {
 		t.Errorf("another entry's id changed: %v", other)
 	}
-	if (&Consumer{}).translateAck(&pb.CommandAck{MessageId: []*pb.MessageIdData{{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}}}) {
+	if changed, _ := (&Consumer{}).translateAck(&pb.CommandAck{MessageId: []*pb.MessageIdData{{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}}}, DefaultMaxFrameSize); changed {
 		t.Error("a consumer without a cut changed an ACK")
 	}
 }
@@ -246,4 +264,77 @@ func TestSeekCutOf(t *testing.T) {
 			t.Errorf("seekCutOf(%q) = %+v, %v; want %+v", id, got, ok, want)
 		}
 	}
+}
+
+// A cut costs what the entry holds, not what its metadata claims: a few bytes announcing 64 MiB
+// uncompressed (in the metadata or in the zstd frame) or 2^31-1 messages, with the broker's
+// ack_set, allocate little, and so do the client's acknowledgements of that entry.
+func TestCutAllocatesWhatTheEntryHolds(t *testing.T) {
+	varint := func(field protowire.Number, v uint64) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(nil, field, protowire.VarintType), v)
+	}
+	const (
+		fieldUncompressedSize = 9
+		claimed               = maxCutBatch
+	)
+	// A zstd frame announcing 64 MiB of content (single segment, a 4-byte size) that holds
+	// one RLE block of 10 bytes.
+	zstdFrame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xa0}
+	zstdFrame = binary.LittleEndian.AppendUint32(zstdFrame, claimed)
+	zstdFrame = append(zstdFrame, 1|1<<1|10<<3, 0, 0, 'x')
+	zstdMeta, err := proto.Marshal(&pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1),
+		PublishTime: proto.Uint64(1), NumMessagesInBatch: proto.Int32(2), Compression: proto.Int32(compressionZSTD),
+		UncompressedSize: proto.Uint32(uint32(len(zstdFrame)) * 32 << 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]frame{
+		"LZ4 announcing 64 MiB":        batchFrame(t, 2, compressionLZ4, nil, varint(fieldUncompressedSize, claimed)),
+		"zstd announcing 64 MiB":       batchFrame(t, 2, compressionZSTD, nil, varint(fieldUncompressedSize, claimed)),
+		"zstd frame announcing 64 MiB": entryFrame(t, zstdMeta, zstdFrame, nil),
+		"2^31-1 messages":              batchFrame(t, 2, compressionNone, bitsExcept(2), varint(fieldMetadataNumMessages, math.MaxInt32)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd, err := f.decode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := readEntry(f.payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &Consumer{conn: &conn{log: logr.Discard()}, cut: &seekCut{ledger: 3, entry: 7, keepFrom: 1}}
+			n := allocated(func() { c.cutLocked(f, cmd.GetMessage(), e) })
+			t.Logf("the cut allocated %d bytes", n)
+			if n > 1<<20 {
+				t.Errorf("the cut allocated %d bytes", n)
+			}
+			ack := &pb.CommandAck{MessageId: []*pb.MessageIdData{{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7), AckSet: bitsExcept(1)}}}
+			if n := allocated(func() { _, _ = c.translateAck(ack, DefaultMaxFrameSize) }); n > 1<<20 {
+				t.Errorf("translating an ACK of the entry allocated %d bytes", n)
+			}
+		})
+	}
+}
+
+// An ACK naming the cut entry so often that its translated bit sets would outgrow a frame is
+// refused.
+func TestTranslateAckRefusesManySets(t *testing.T) {
+	c := &Consumer{cut: &seekCut{ledger: 3, entry: 7, keepFrom: 1}, cutSize: 64 << 10}
+	ack := &pb.CommandAck{}
+	for range 100 {
+		ack.MessageId = append(ack.MessageId, &pb.MessageIdData{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7), AckSet: []int64{-1}})
+	}
+	if _, err := c.translateAck(ack, 64<<10); err == nil {
+		t.Error("an ACK that grows to 800 KiB was translated")
+	}
+}
+
+// allocated is how many bytes fn allocates on the heap.
+func allocated(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
