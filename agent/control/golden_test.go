@@ -43,8 +43,11 @@ type exchange struct {
 	} `json:"answer"`
 }
 
-// goldenToken is the token of the agent the exchanges were recorded with.
-const goldenToken = "golden-token"
+// goldenToken and goldenMaxFlows are the agent the exchanges were recorded with.
+const (
+	goldenToken    = "golden-token"
+	goldenMaxFlows = 5
+)
 
 func readExchanges(t *testing.T) []exchange {
 	t.Helper()
@@ -135,7 +138,7 @@ func TestGoldenExchangesReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(a, Options{Token: goldenToken})
+	srv, err := New(a, Options{Token: goldenToken, MaxFlows: goldenMaxFlows})
 	if err != nil {
 		t.Fatal(err)
 	}

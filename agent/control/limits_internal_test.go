@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -154,5 +157,47 @@ func TestSeekRecordsAreBounded(t *testing.T) {
 	}
 	if got := srv.rules.seekCount(); got > 2+seekHistory {
 		t.Fatalf("%d seek records after 100 recreations, want at most %d", got, 2+seekHistory)
+	}
+}
+
+// Tombstones are bounded, the oldest release forgotten first: its older revisions are accepted
+// again, as before tombstones, while later releases still fence theirs. Releasing one flow
+// again and again keeps one tombstone.
+func TestTombstonesAreBounded(t *testing.T) {
+	a, err := agent.New(agent.Options{Name: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := newRules(AgentHost(a), logr.Discard(), time.Minute, tombstonesPerAgent+10)
+	rule := func(flow string, revision int64) *rule {
+		return newRule("ns", flow, protocol.FlowRequest{UID: "u-" + flow, Revision: revision, Subscription: "s", State: protocol.Paused})
+	}
+	putAndRelease := func(flow string) {
+		t.Helper()
+		if err := rs.put(rule(flow, 5)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.remove("ns/"+flow, "u-"+flow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		putAndRelease("again")
+	}
+	if len(rs.tombstones) != 1 || len(rs.tombOrder) != 1 {
+		t.Fatalf("%d tombstones, %d in line after releasing one flow three times, want 1", len(rs.tombstones), len(rs.tombOrder))
+	}
+	for i := range tombstonesPerAgent {
+		putAndRelease(fmt.Sprint("f", i))
+	}
+	if len(rs.tombstones) != tombstonesPerAgent || len(rs.tombOrder) != tombstonesPerAgent {
+		t.Fatalf("%d tombstones, %d in line, want %d", len(rs.tombstones), len(rs.tombOrder), tombstonesPerAgent)
+	}
+	if err := rs.put(rule("again", 2)); err != nil {
+		t.Fatalf("the oldest release is still fenced after %d others: %v", tombstonesPerAgent, err)
+	}
+	var stale *errStale
+	if err := rs.put(rule("f1", 2)); !errors.As(err, &stale) {
+		t.Fatalf("a recent release is not fenced: %v", err)
 	}
 }

@@ -19,6 +19,9 @@ import (
 // retiredPerAgent bounds the memory of replaced flow UIDs.
 const retiredPerAgent = 1024
 
+// tombstonesPerAgent bounds the memory of released rules (one per namespace/name).
+const tombstonesPerAgent = 1024
+
 // backgroundApplyTimeout bounds a re-apply that a push could not finish in time.
 const backgroundApplyTimeout = 2 * time.Minute
 
@@ -40,10 +43,17 @@ func (r *rule) matches(c Consumer) bool {
 	return r.Topic == "" || consumesTopic(c.Options(), r.Topic)
 }
 
-// errStale is returned when a push carries a revision lower than the one applied.
-type errStale struct{ requested, applied int64 }
+// errStale is returned when a push carries a revision lower than the one applied, or than
+// the one released.
+type errStale struct {
+	requested, applied int64
+	released           bool
+}
 
 func (e *errStale) Error() string {
+	if e.released {
+		return fmt.Sprintf("revision %d is older than revision %d, which was released", e.requested, e.applied)
+	}
 	return fmt.Sprintf("revision %d is older than the applied revision %d", e.requested, e.applied)
 }
 
@@ -55,6 +65,13 @@ func (e *errStaleUID) Error() string {
 	return fmt.Sprintf("flow uid %s of %s was replaced by a newer flow with the same name", e.uid, e.key)
 }
 
+// errTooManyFlows is returned when a push of a new flow finds the agent holding maxFlows rules.
+type errTooManyFlows struct{ key string }
+
+func (e *errTooManyFlows) Error() string {
+	return fmt.Sprintf("this agent holds as many flow rules as it may; %s is not one of them: release a flow first", e.key)
+}
+
 // rules holds every flow rule of the agent and turns them into consumer states.
 //
 // UIDs: a push with another UID than the rule held for its namespace/name replaces that rule
@@ -62,10 +79,18 @@ func (e *errStaleUID) Error() string {
 // UID is retired: later pushes naming it are refused, so a late retry from the deleted flow
 // cannot come back. A DELETE retires nothing: a pod relabelled away and back gets the same
 // flow again.
+//
+// Tombstones: a DELETE leaves the released rule's UID and revision behind, so that an older
+// revision of it arriving late (a retry, a previous leader's push) is refused as it would be
+// while the rule was held, instead of restoring it; the same revision is accepted (the pod was
+// relabelled away and back). A push of another UID retires the tombstone's UID, as it would
+// the rule's. Tombstones are bounded, oldest release forgotten first: a forgotten one fences
+// nothing, as before tombstones.
 type rules struct {
 	host        Host
 	log         logr.Logger
 	seekTimeout time.Duration
+	maxFlows    int
 
 	mu         sync.Mutex
 	byKey      map[string]*rule
@@ -73,6 +98,8 @@ type rules struct {
 	generation int64                       // grows with every state computation, for agent.Consumer.SetState
 	retired    map[retiredUID]bool
 	retiredFIF []retiredUID // oldest first, at most retiredPerAgent
+	tombstones map[string]tombstone
+	tombOrder  []string // tombstones' keys, oldest release first, at most tombstonesPerAgent
 	seeks      *seekBook
 	applying   bool // a background re-apply runs
 	applyAgain bool // and must run once more
@@ -80,9 +107,16 @@ type rules struct {
 
 type retiredUID struct{ key, uid string }
 
-func newRules(h Host, log logr.Logger, seekTimeout time.Duration) *rules {
-	rs := &rules{host: h, log: log, seekTimeout: seekTimeout, byKey: map[string]*rule{},
-		bySub: map[string]map[string]*rule{}, retired: map[retiredUID]bool{}, seeks: newSeekBook()}
+// tombstone is what a DELETE leaves of a rule.
+type tombstone struct {
+	uid      string
+	revision int64
+}
+
+func newRules(h Host, log logr.Logger, seekTimeout time.Duration, maxFlows int) *rules {
+	rs := &rules{host: h, log: log, seekTimeout: seekTimeout, maxFlows: maxFlows, byKey: map[string]*rule{},
+		bySub: map[string]map[string]*rule{}, retired: map[retiredUID]bool{}, tombstones: map[string]tombstone{},
+		seeks: newSeekBook()}
 	// A consumer created later (a new subscription, a restarted app component) gets the state
 	// the rules already in force give it, before its first subscribe.
 	h.OnSubscribe(func(c Consumer) {
@@ -92,22 +126,29 @@ func newRules(h Host, log logr.Logger, seekTimeout time.Duration) *rules {
 	return rs
 }
 
-// put stores r unless a newer revision of the same flow is in force or its UID was replaced.
+// put stores r unless a newer revision of the same flow is in force or was released, its UID
+// was replaced, or r is a new flow and the agent holds maxFlows rules.
 func (rs *rules) put(r *rule) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.retired[retiredUID{r.key, r.UID}] {
 		return &errStaleUID{key: r.key, uid: r.UID}
 	}
-	old, ok := rs.byKey[r.key]
-	if ok && old.UID == r.UID && r.Revision < old.Revision {
-		return &errStale{requested: r.Revision, applied: old.Revision}
+	old, held := rs.byKey[r.key]
+	if !held {
+		old = rs.releasedLocked(r.key)
 	}
-	if ok {
+	if old != nil && old.UID == r.UID && r.Revision < old.Revision {
+		return &errStale{requested: r.Revision, applied: old.Revision, released: !held}
+	}
+	if !held && len(rs.byKey) >= rs.maxFlows {
+		return &errTooManyFlows{key: r.key}
+	}
+	if held {
 		rs.unindexLocked(old)
-		if old.UID != r.UID {
-			rs.retireLocked(retiredUID{old.key, old.UID})
-		}
+	}
+	if old != nil && old.UID != r.UID {
+		rs.retireLocked(retiredUID{old.key, old.UID})
 	}
 	rs.byKey[r.key] = r
 	if rs.bySub[r.Subscription] == nil {
@@ -116,6 +157,28 @@ func (rs *rules) put(r *rule) error {
 	rs.bySub[r.Subscription][r.key] = r
 	rs.pruneSeeksLocked()
 	return nil
+}
+
+// releasedLocked returns what the tombstone of key fences, as a rule, or nil.
+func (rs *rules) releasedLocked(key string) *rule {
+	t, ok := rs.tombstones[key]
+	if !ok {
+		return nil
+	}
+	return &rule{key: key, FlowRequest: protocol.FlowRequest{UID: t.uid, Revision: t.revision}}
+}
+
+// buryLocked leaves the tombstone of a released rule, the latest release of a key last in line.
+func (rs *rules) buryLocked(r *rule) {
+	if _, ok := rs.tombstones[r.key]; ok {
+		rs.tombOrder = slices.DeleteFunc(rs.tombOrder, func(k string) bool { return k == r.key })
+	}
+	rs.tombstones[r.key] = tombstone{uid: r.UID, revision: r.Revision}
+	rs.tombOrder = append(rs.tombOrder, r.key)
+	if len(rs.tombOrder) > tombstonesPerAgent {
+		delete(rs.tombstones, rs.tombOrder[0])
+		rs.tombOrder = rs.tombOrder[1:]
+	}
 }
 
 func (rs *rules) retireLocked(id retiredUID) {
@@ -147,6 +210,7 @@ func (rs *rules) remove(key, uid string) (bool, error) {
 		return true, fmt.Errorf("the rule for %s belongs to flow uid %s, not %s", key, old.UID, uid)
 	}
 	rs.unindexLocked(old)
+	rs.buryLocked(old)
 	rs.pruneSeeksLocked()
 	return true, nil
 }

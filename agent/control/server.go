@@ -34,6 +34,10 @@ const DefaultMaxBodyBytes = 64 << 10
 // timeout, and two minutes leave room for a slow controller.
 const DefaultPreviousTokenGrace = 2 * time.Minute
 
+// DefaultMaxFlows bounds the flow rules an agent holds: a pod matched by this many flows at
+// once is far beyond any use, and each rule may hold a request of up to MaxBodyBytes.
+const DefaultMaxFlows = 256
+
 // DefaultApplyTimeout bounds how long a push waits for a consumer busy with another
 // transition (a seek moving its cursor) before it answers with the states as they are; the
 // rules are then applied in the background as soon as the consumer is free.
@@ -70,6 +74,9 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxFlows bounds the flow rules held; zero means DefaultMaxFlows. A push of a new flow
+	// beyond it is refused (409 TooManyFlows); updates of the rules held always apply.
+	MaxFlows int
 	// MaxConnections caps open connections (Serve only); zero means DefaultMaxConnections.
 	// When full, the oldest connection that has not authenticated is closed for a new one.
 	MaxConnections int
@@ -113,6 +120,9 @@ func NewForHost(h Host, opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.MaxFlows <= 0 {
+		opts.MaxFlows = DefaultMaxFlows
+	}
 	if opts.MaxConnections <= 0 {
 		opts.MaxConnections = DefaultMaxConnections
 	}
@@ -130,7 +140,7 @@ func NewForHost(h Host, opts Options) (*Server, error) {
 	}
 	token := &tokenSource{file: opts.TokenFile, fixed: opts.Token, grace: opts.PreviousTokenGrace, now: time.Now}
 	s := &Server{host: h, opts: opts, log: opts.Logger, token: token,
-		rules: newRules(h, opts.Logger, opts.SeekTimeout), backlog: newBacklogWatches(h), mux: http.NewServeMux()}
+		rules: newRules(h, opts.Logger, opts.SeekTimeout, opts.MaxFlows), backlog: newBacklogWatches(h), mux: http.NewServeMux()}
 	s.mux.Handle("GET "+protocol.PathPrefix+"/state", s.authenticated(s.getState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	var metrics http.Handler = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
@@ -313,8 +323,12 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 
 func conflict(err error) protocol.Error {
 	var stale *errStale
-	if errors.As(err, &stale) {
+	var full *errTooManyFlows
+	switch {
+	case errors.As(err, &stale):
 		return protocol.Error{Reason: protocol.ReasonStaleRevision, Message: err.Error(), AppliedRevision: stale.applied}
+	case errors.As(err, &full):
+		return protocol.Error{Reason: protocol.ReasonTooManyFlows, Message: err.Error()}
 	}
 	return protocol.Error{Reason: protocol.ReasonStaleUID, Message: err.Error()}
 }

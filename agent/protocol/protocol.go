@@ -389,4 +389,7 @@ const (
 	// ReasonAgentTooOld (422): the request requires features (RequiresHeader) the agent lacks;
 	// nothing was changed. Upgrade the agent, or the pod's sidecar.
 	ReasonAgentTooOld = "AgentTooOld"
+	// ReasonTooManyFlows (409): the agent holds as many flow rules as it may and refused a new
+	// one; updates and releases of the rules it holds still work.
+	ReasonTooManyFlows = "TooManyFlows"
 )
