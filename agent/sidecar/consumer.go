@@ -558,9 +558,11 @@ func (c *Consumer) brokerMessage(f frame, msg *pb.CommandMessage, e entry) error
 			return err
 		}
 		if removed > 0 && c.desired == protocol.Running {
-			// The broker debited what the client never got: grant it back, as the client would.
+			// The broker debited what the client never got: grant it back, as the client would,
+			// at once: the broker pump flushes only toward the client, and a client waiting for
+			// these messages sends nothing that would flush it.
 			c.brokerCredit += removed
-			if err := c.conn.toBroker.write(false, flowCommand(c.id, uint32(removed))); err != nil {
+			if err := c.conn.toBroker.write(true, flowCommand(c.id, uint32(removed))); err != nil {
 				return err
 			}
 		}
