@@ -66,8 +66,9 @@ type Options struct {
 	// Token is a fixed token, used when TokenFile is empty.
 	Token string
 	// PreviousTokenGrace is how long the token TokenFile held before a change is still
-	// accepted; zero means DefaultPreviousTokenGrace, negative means not at all (after a leak,
-	// for example).
+	// accepted, counted from the change (the new file's modification time), not from the
+	// first request after it. Zero means DefaultPreviousTokenGrace, negative means not at all
+	// (after a leak, for example).
 	PreviousTokenGrace time.Duration
 	// TLSCertFile and TLSKeyFile enable TLS when both are set. The pair is loaded again when
 	// the files change (a renewed Secret), without a restart.

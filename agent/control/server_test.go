@@ -108,8 +108,10 @@ func TestRotatedTokenFileAcceptsThePreviousTokenForTheGrace(t *testing.T) {
 	if got := code("first"); got != http.StatusOK {
 		t.Fatalf("first token refused: %d", got)
 	}
+	// The grace counts from the file's modification time, which the kernel takes from a coarse
+	// clock, up to a tick behind time.Now.
+	rotated := time.Now().Add(-50 * time.Millisecond)
 	rotate("second-token")
-	rotated := time.Now()
 	if got := code("second-token"); got != http.StatusOK {
 		t.Errorf("rotated token refused: %d", got)
 	}
@@ -142,6 +144,51 @@ func TestRotatedTokenFileAcceptsThePreviousTokenForTheGrace(t *testing.T) {
 	}
 	if got := code("wrong"); got != http.StatusUnauthorized {
 		t.Errorf("a wrong token got %d during a grace", got)
+	}
+}
+
+// The grace counts from the rotation, not from the first request after it: the previous token
+// of a file rotated longer ago than the grace, with no request since (a quiet flow), is refused
+// at once, though this request is the first to find the change - it may be from whoever the
+// rotation was meant to lock out. With the grace turned off, at once after any rotation.
+func TestPreviousTokenGraceCountsFromTheRotation(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	rotate := func(token string, at time.Time) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(file, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotate("first", time.Now().Add(-time.Hour))
+	ts := newServer(t, control.Options{TokenFile: file, PreviousTokenGrace: time.Minute})
+	url := ts.URL + protocol.PathPrefix + "/state"
+	code := func(token string) int { c, _ := call(t, http.MethodGet, url, token, ""); return c }
+	if got := code("first"); got != http.StatusOK {
+		t.Fatalf("first token refused: %d", got)
+	}
+	rotate("second", time.Now().Add(-2*time.Minute))
+	if got := code("first"); got != http.StatusUnauthorized {
+		t.Fatalf("the previous token two minutes after the rotation, with a grace of one: %d, want 401", got)
+	}
+	if got := code("second"); got != http.StatusOK {
+		t.Fatalf("current token refused: %d", got)
+	}
+	rotate("third", time.Now().Add(-30*time.Second))
+	if got := code("second"); got != http.StatusOK {
+		t.Fatalf("the previous token 30 s after the rotation, within the grace: %d, want 200", got)
+	}
+
+	off := newServer(t, control.Options{TokenFile: file, PreviousTokenGrace: -1})
+	offURL := off.URL + protocol.PathPrefix + "/state"
+	if c, _ := call(t, http.MethodGet, offURL, "third", ""); c != http.StatusOK {
+		t.Fatalf("current token refused: %d", c)
+	}
+	rotate("fourth", time.Now())
+	if c, _ := call(t, http.MethodGet, offURL, "third", ""); c != http.StatusUnauthorized {
+		t.Fatalf("the previous token with the grace turned off: %d, want 401", c)
 	}
 }
 

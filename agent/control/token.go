@@ -3,6 +3,7 @@ package control
 import (
 	"crypto/subtle"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 // time stay the same. The file is a few bytes, and a request without any token reads nothing.
 //
 // When the file's token changes, the one before it is still accepted for grace, so that pushes
-// the controller sent before it saw the rotation are not refused on their way.
+// the controller sent before it saw the rotation are not refused on their way. The grace counts
+// from the rotation, the new file's modification time, not from the first request after it:
+// that request may come long after, and be from whoever the rotation meant to lock out.
 type tokenSource struct {
 	file  string
 	fixed string
@@ -27,6 +30,12 @@ type tokenSource struct {
 	changedAt time.Time
 }
 
+// tokenFile is what the token file held at a check.
+type tokenFile struct {
+	token    string
+	modified time.Time // zero for a fixed token
+}
+
 // accepts reports whether got is the current token or, within the grace, the previous one.
 func (t *tokenSource) accepts(got string) (bool, error) {
 	current, err := t.current()
@@ -34,40 +43,56 @@ func (t *tokenSource) accepts(got string) (bool, error) {
 		return false, err
 	}
 	previous := t.remember(current)
-	return sameToken(got, current) || (previous != "" && sameToken(got, previous)), nil
+	return sameToken(got, current.token) || (previous != "" && sameToken(got, previous)), nil
 }
 
-// remember notes current as the file's token and returns the previous one while its grace lasts.
-func (t *tokenSource) remember(current string) string {
+// remember notes current as the file's token and returns the previous one while its grace
+// lasts. A file rewritten with an older modification time than the rotation's ends the grace
+// as early: the bound holds, at the price of refusing pushes that were on their way.
+func (t *tokenSource) remember(current tokenFile) string {
 	if t.file == "" || t.grace <= 0 {
 		return ""
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if t.last != "" && t.last != current {
-		t.previous, t.changedAt = t.last, now
+	if t.last != "" && t.last != current.token {
+		t.previous, t.changedAt = t.last, current.modified
+		if t.changedAt.After(now) {
+			t.changedAt = now
+		}
 	}
-	t.last = current
-	if t.previous == "" || !now.Before(t.changedAt.Add(t.grace)) || t.previous == current {
+	t.last = current.token
+	if t.previous == "" || !now.Before(t.changedAt.Add(t.grace)) || t.previous == current.token {
 		t.previous = ""
 	}
 	return t.previous
 }
 
-func (t *tokenSource) current() (string, error) {
+// current reads the token file, and its modification time from the same open file, so that
+// both come from one version when the kubelet swaps in a new one.
+func (t *tokenSource) current() (tokenFile, error) {
 	if t.file == "" {
-		return t.fixed, nil
+		return tokenFile{token: t.fixed}, nil
 	}
-	data, err := os.ReadFile(t.file)
+	f, err := os.Open(t.file)
 	if err != nil {
-		return "", err
+		return tokenFile{}, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return tokenFile{}, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return tokenFile{}, err
 	}
 	token := strings.TrimSpace(string(data))
 	if token == "" {
-		return "", errors.New("token file " + t.file + " is empty")
+		return tokenFile{}, errors.New("token file " + t.file + " is empty")
 	}
-	return token, nil
+	return tokenFile{token: token, modified: info.ModTime()}, nil
 }
 
 // bearerToken returns the credentials of an Authorization header of the Bearer scheme; the

@@ -41,6 +41,7 @@ type config struct {
 	opts                 sidecar.Options
 	controlAddr          string
 	tokenFile            string
+	tokenGrace           time.Duration
 	adminURL             string
 	adminCredentialsFile string
 	backlogRefresh       time.Duration
@@ -70,6 +71,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.opts.Name, "name", os.Getenv("POD_NAME"), "the name the sidecar reports for itself (default $POD_NAME)")
 	fs.StringVar(&c.controlAddr, "control-addr", fmt.Sprintf(":%d", protocol.DefaultPort), "the control API the controller pushes flow rules to (name its container port "+protocol.PortName+")")
 	fs.StringVar(&c.tokenFile, "token-file", "/var/run/subflow/token", "the mounted key of Secret subflow-agent-token; read at every request, so it may appear later")
+	fs.DurationVar(&c.tokenGrace, "token-grace", control.DefaultPreviousTokenGrace, "how long the token the file held before a rotation is still accepted, from the rotation; 0 turns it off (after a leak)")
 	fs.StringVar(&c.adminURL, "admin-url", os.Getenv("PULSAR_ADMIN_URL"), "the Pulsar admin REST root, http(s)://host:port, for backlog reports (default $PULSAR_ADMIN_URL; empty: backlog unknown)")
 	fs.StringVar(&c.adminCredentialsFile, "admin-credentials-file", "", "a file holding the Pulsar token presented to the admin API as a bearer token; read at every call, absent means none")
 	fs.DurationVar(&c.backlogRefresh, "backlog-refresh", agent.DefaultBacklogRefresh, "how often a backlog the controller asks for is read again through --admin-url")
@@ -86,10 +88,22 @@ func parseFlags(args []string) (config, error) {
 	if c.controlAddr == "" || c.tokenFile == "" {
 		return c, errors.New("--control-addr and --token-file are required: the controller drives the sidecar through them")
 	}
+	if c.tokenGrace < 0 {
+		return c, fmt.Errorf("--token-grace %s: want 0 (off) or more", c.tokenGrace)
+	}
 	if c.opts.Name == "" {
 		c.opts.Name, _ = os.Hostname()
 	}
 	return c, nil
+}
+
+// controlOptions are the control server's options from the flags.
+func (c config) controlOptions(log logr.Logger) control.Options {
+	grace := c.tokenGrace
+	if grace == 0 {
+		grace = -1 // control.Options reads zero as the default
+	}
+	return control.Options{TokenFile: c.tokenFile, PreviousTokenGrace: grace, Logger: log.WithName("control")}
 }
 
 func newLogger(level string) (logr.Logger, error) {
@@ -124,7 +138,7 @@ func run(args []string) error {
 		return err
 	}
 	defer admin.Close()
-	server, err := control.NewForHost(s.ControlHost(admin), control.Options{TokenFile: cfg.tokenFile, Logger: log.WithName("control")})
+	server, err := control.NewForHost(s.ControlHost(admin), cfg.controlOptions(log))
 	if err != nil {
 		return err
 	}

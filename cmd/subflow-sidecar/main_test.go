@@ -16,7 +16,9 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/go-logr/logr"
 
+	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 )
@@ -33,6 +35,8 @@ func TestFlags(t *testing.T) {
 		{name: "stray argument", args: []string{"--broker-url", "pulsar://b:6650", "extra"}, wantErr: "unexpected"},
 		{name: "start gated", args: []string{"--broker-url", "pulsar://b:6650", "--start-gated", "--sync-timeout", "10s", "--fallback-state", "Paused"}},
 		{name: "unknown fallback", args: []string{"--broker-url", "pulsar://b:6650", "--fallback-state", "Pausd"}, wantErr: "want Running, Paused or Stopped"},
+		{name: "token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "30s"}},
+		{name: "negative token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "-1s"}, wantErr: "--token-grace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PULSAR_BROKER_URL", "")
@@ -47,6 +51,27 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := newLogger("loud"); err == nil {
 		t.Error("an unknown log level was accepted")
+	}
+}
+
+// --token-grace sets the control server's grace; 0 turns it off, which control.Options
+// spells negative (its zero is the default).
+func TestTokenGraceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, control.DefaultPreviousTokenGrace},
+		{[]string{"--token-grace", "30s"}, 30 * time.Second},
+		{[]string{"--token-grace", "0"}, -1},
+	} {
+		c, err := parseFlags(append([]string{"--broker-url", "pulsar://b:6650"}, tc.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.controlOptions(logr.Discard()).PreviousTokenGrace; got != tc.want {
+			t.Errorf("%q: PreviousTokenGrace %s, want %s", tc.args, got, tc.want)
+		}
 	}
 }
 
