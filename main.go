@@ -65,6 +65,17 @@ func main() {
 	flag.IntVar(&webhookPort, "webhook-port", webhook.DefaultPort, "Port the webhook server listens on.")
 	flag.StringVar(&webhookOpts.SidecarImage, "sidecar-image", "", "Image of the subflow sidecar that pods labelled "+
 		"subflow.dev/inject=sidecar get; empty leaves them unwired with the reason recorded.")
+	webhookOpts.SidecarResources = webhooks.DefaultSidecarResources()
+	flag.Func("sidecar-requests", "The sidecar's resource requests, e.g. cpu=10m,memory=32Mi (default cpu=10m,memory=32Mi).", func(v string) error {
+		list, err := webhooks.ParseResourceList(v)
+		webhookOpts.SidecarResources.Requests = list
+		return err
+	})
+	flag.Func("sidecar-limits", "The sidecar's resource limits, e.g. memory=128Mi (default memory=128Mi; an empty value sets none).", func(v string) error {
+		list, err := webhooks.ParseResourceList(v)
+		webhookOpts.SidecarResources.Limits = list
+		return err
+	})
 	flag.StringVar(&webhookOpts.Certs, "webhook-certs", webhooks.CertsSelfManaged, "Where the webhook serving certificate comes from: "+
 		webhooks.CertsSelfManaged+" (a CA and certificate the controller keeps in --webhook-cert-secret, renews and writes into the webhook "+
 		"configurations' caBundle) or "+webhooks.CertsFromFiles+" (tls.crt and tls.key in --webhook-cert-dir, e.g. from cert-manager).")

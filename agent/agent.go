@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -43,7 +44,10 @@ type Options struct {
 	// Registerer receives the agent's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// StartGated makes consumers start Paused until MarkSynced (the controller's first push) or
-	// SyncTimeout, after which FallbackState applies until MarkSynced.
+	// SyncTimeout, after which FallbackState applies until MarkSynced. The environment can only
+	// make the start stricter: SUBFLOW_START_GATED=true gates, and SUBFLOW_FALLBACK_STATE sets
+	// a FallbackState left empty (subflow's webhook sets both for a pod that a flow selects when
+	// it is created, so a pod born into a paused flow consumes nothing).
 	StartGated bool
 	// SyncTimeout bounds the StartGated wait; zero means DefaultSyncTimeout.
 	SyncTimeout time.Duration
@@ -72,6 +76,7 @@ type Agent struct {
 
 // New returns an agent. With StartGated it starts the bounded wait for MarkSynced at once.
 func New(opts Options) (*Agent, error) {
+	opts = startFromEnv(opts, os.Getenv)
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = DefaultSyncTimeout
 	}
@@ -94,6 +99,25 @@ func New(opts Options) (*Agent, error) {
 	}
 	a.gate = startgate.New(opts.StartGated, opts.SyncTimeout, opts.FallbackState, opts.Logger, a.regate)
 	return a, nil
+}
+
+// The environment variables subflow's webhook sets on an agent-mode application container.
+const (
+	startGatedEnv    = "SUBFLOW_START_GATED"
+	fallbackStateEnv = "SUBFLOW_FALLBACK_STATE"
+)
+
+// startFromEnv applies the webhook's start choice: it may gate an ungated agent and fill an empty
+// FallbackState, never loosen what the application chose. An unknown fallback is left to New's
+// validation, which names it.
+func startFromEnv(opts Options, getenv func(string) string) Options {
+	if getenv(startGatedEnv) == "true" {
+		opts.StartGated = true
+	}
+	if opts.FallbackState == "" {
+		opts.FallbackState = protocol.State(getenv(fallbackStateEnv))
+	}
+	return opts
 }
 
 // Subscribe creates a gated consumer through client. The options must not carry a

@@ -2,9 +2,12 @@ package webhooks
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -30,9 +33,10 @@ const (
 	AgentPortAnnotation = "subflow.dev/agent-port"
 	// ContainerAnnotation names the application container when the pod has several.
 	ContainerAnnotation = "subflow.dev/container"
-	// StartGatedAnnotation "true" starts the injected sidecar gated (--start-gated): nothing is
-	// consumed until the controller's first push, or --sync-timeout. Sidecar mode only: an
-	// agent's start-up gate is an option of the application's code.
+	// StartGatedAnnotation "true" starts the pod's consumers gated: nothing is consumed until
+	// the controller's first push, or the sync timeout (sidecar --start-gated; agent mode
+	// StartGatedEnv). "false" never gates. Absent, a pod that a flow selects at admission starts
+	// gated (start.go).
 	StartGatedAnnotation = "subflow.dev/start-gated"
 	// kubectlDefaultContainer is kubectl's own choice of container, used when ours is absent.
 	kubectlDefaultContainer = "kubectl.kubernetes.io/default-container"
@@ -87,7 +91,39 @@ type wiring struct {
 	brokerURL    string
 	adminURL     string
 	adminSecret  string
-	startGated   bool
+	start        start
+	resources    corev1.ResourceRequirements
+}
+
+// DefaultSidecarResources are the sidecar's requests and limits unless the controller is told
+// otherwise (--sidecar-requests, --sidecar-limits): a memory limit well above what the sidecar
+// uses at the throughput benchmark's rate (BENCHMARKS.md), no CPU limit (throttling a proxy
+// adds latency to every message).
+func DefaultSidecarResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+}
+
+// ParseResourceList reads "cpu=10m,memory=32Mi" (the form of kubectl's --requests), for flags.
+func ParseResourceList(value string) (corev1.ResourceList, error) {
+	list := corev1.ResourceList{}
+	for _, item := range strings.Split(value, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, quantity, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want name=quantity, e.g. cpu=10m,memory=32Mi", item)
+		}
+		q, err := resource.ParseQuantity(quantity)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		list[corev1.ResourceName(name)] = q
+	}
+	return list, nil
 }
 
 // modeOf reads the label; the objectSelector lets through any value, so that a typo is recorded.
@@ -150,6 +186,7 @@ func wire(pod *corev1.Pod, w wiring) *skip {
 		if err := ensureEnv(app, podNameEnv()); err != nil {
 			return err
 		}
+		startEnv(app, w.start)
 		return ensurePort(pod, app, w.port)
 	}
 	if err := ensureVolume(pod, secretVolume(AdminVolume, w.adminSecret, AdminKey)); err != nil {
@@ -319,9 +356,13 @@ func sidecar(w wiring) corev1.Container {
 			PeriodSeconds:    1,
 			FailureThreshold: 60,
 		},
+		Resources: w.resources,
+		// What Pod Security "restricted" asks of every container; the image runs as 65532.
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
@@ -330,21 +371,29 @@ func sidecar(w wiring) corev1.Container {
 // sidecarArgs are SidecarArgs with the pod's own choices.
 func sidecarArgs(w wiring) []string {
 	args := SidecarArgs(w.brokerURL, w.adminURL, w.port)
-	if w.startGated {
+	if w.start.gated {
 		args = append(args, "--start-gated")
+		if w.start.fallback != protocol.Running {
+			args = append(args, "--fallback-state="+string(w.start.fallback))
+		}
 	}
 	return args
 }
 
-// startGatedOf reads StartGatedAnnotation: absent or "false" is ungated.
-func startGatedOf(pod *corev1.Pod) (bool, *skip) {
-	switch value, ok := pod.Annotations[StartGatedAnnotation]; {
-	case !ok || value == "false":
-		return false, nil
-	case value == "true":
-		return true, nil
-	default:
-		return false, skipped(ReasonInvalidStartGated, "annotation %s=%q is not a choice: want true or false", StartGatedAnnotation, value)
+// startEnv tells an agent-mode application how to start, unless the pod already says: the
+// application's own environment wins.
+func startEnv(app *corev1.Container, s start) {
+	if !s.gated {
+		return
+	}
+	want := []corev1.EnvVar{{Name: StartGatedEnv, Value: "true"}}
+	if s.fallback != protocol.Running {
+		want = append(want, corev1.EnvVar{Name: FallbackStateEnv, Value: string(s.fallback)})
+	}
+	for _, e := range want {
+		if !slices.ContainsFunc(app.Env, func(have corev1.EnvVar) bool { return have.Name == e.Name }) {
+			app.Env = append(app.Env, e)
+		}
 	}
 }
 

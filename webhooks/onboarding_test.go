@@ -85,7 +85,10 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 	root := t.TempDir()
 	controlPort, dataAddr := testkit.FreePort(t), fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	pod := appPod(ns, map[string]string{"app": "orders-worker", webhooks.InjectLabel: webhooks.ModeSidecar},
-		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort)})
+		// Ungated: the consumer's first permits pass before the pause, so the broker sends
+		// messages for the sidecar to hold (a pod born into the paused flow would start gated
+		// and be sent nothing: TestPodBornIntoAFlowStartsGated).
+		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort), webhooks.StartGatedAnnotation: "false"})
 	pod.GenerateName, pod.Name = "", "orders-worker-0"
 	stored := create(t, k8s, pod)
 	if len(stored.Spec.InitContainers) != 1 {

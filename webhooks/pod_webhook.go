@@ -43,9 +43,14 @@ type PodInjector struct {
 	// Reader reads the namespace's ConfigMap uncached: caching would need list and watch on
 	// every ConfigMap in the cluster.
 	Reader client.Reader
+	// Flows reads the namespace's SubscriptionFlows (the manager's cache), to start a pod that a
+	// flow selects gated; nil starts every pod ungated unless its annotation asks.
+	Flows client.Reader
 	// SidecarImage is the sidecar's image; empty refuses sidecar mode with its reason.
 	SidecarImage string
-	Decoder      admission.Decoder
+	// SidecarResources are the sidecar's requests and limits; empty takes DefaultSidecarResources.
+	SidecarResources corev1.ResourceRequirements
+	Decoder          admission.Decoder
 }
 
 // Handle answers with the patch that wires the pod, or records why it was not wired.
@@ -77,14 +82,17 @@ func (p *PodInjector) wire(ctx context.Context, namespace string, pod *corev1.Po
 	if err != nil {
 		return "", err
 	}
-	w := wiring{mode: mode, sidecarImage: p.SidecarImage}
+	w := wiring{mode: mode, sidecarImage: p.SidecarImage, resources: p.SidecarResources}
+	if len(w.resources.Requests) == 0 && len(w.resources.Limits) == 0 {
+		w.resources = DefaultSidecarResources()
+	}
 	if w.port, err = portOf(pod); err != nil {
 		return "", err
 	}
+	if w.start, err = startOf(ctx, p.Flows, pod, namespace); err != nil {
+		return "", err
+	}
 	if mode == ModeSidecar {
-		if w.startGated, err = startGatedOf(pod); err != nil {
-			return "", err
-		}
 		if err := p.sidecarConfig(ctx, namespace, &w); err != nil {
 			return "", err
 		}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -35,6 +36,8 @@ const (
 type Options struct {
 	// SidecarImage is the image of the sidecar that sidecar mode adds.
 	SidecarImage string
+	// SidecarResources are the sidecar's requests and limits; empty takes DefaultSidecarResources.
+	SidecarResources corev1.ResourceRequirements
 	// Certs is CertsSelfManaged or CertsFromFiles.
 	Certs string
 	// CertDir holds tls.crt and tls.key: read in files mode, written in self-managed mode (for
@@ -110,7 +113,8 @@ func (w *Webhooks) ServerOptions(base webhook.Options) webhook.Options {
 // self-managed mode, the certificate's rotation.
 func (w *Webhooks) SetupWithManager(mgr manager.Manager) error {
 	mgr.GetWebhookServer().Register(PodPath, &webhook.Admission{Handler: &PodInjector{
-		Reader: mgr.GetAPIReader(), SidecarImage: w.opts.SidecarImage, Decoder: admission.NewDecoder(mgr.GetScheme())}})
+		Reader: mgr.GetAPIReader(), Flows: mgr.GetClient(), SidecarImage: w.opts.SidecarImage,
+		SidecarResources: w.opts.SidecarResources, Decoder: admission.NewDecoder(mgr.GetScheme())}})
 	if err := ctrl.NewWebhookManagedBy(mgr, &subflowv1.SubscriptionFlow{}).WithValidator(&FlowValidator{}).Complete(); err != nil {
 		return fmt.Errorf("registering the SubscriptionFlow validator: %w", err)
 	}

@@ -60,3 +60,12 @@ app.kubernetes.io/part-of: subflow
 {{- fail (printf "webhook.certs must be self-managed or cert-manager, not %q" .Values.webhook.certs) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A resource list as the controller's --sidecar-requests and --sidecar-limits take it: cpu=10m,memory=32Mi. */}}
+{{- define "subflow.resourceList" -}}
+{{- $items := list -}}
+{{- range $name, $quantity := . -}}
+{{- $items = append $items (printf "%s=%v" $name $quantity) -}}
+{{- end -}}
+{{- join "," $items -}}
+{{- end -}}
