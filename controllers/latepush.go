@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
@@ -78,6 +79,10 @@ type pushBook struct {
 	// suspect holds the error of such a pod's last push, reported while the next one runs,
 	// until any flow's push gets an answer from it or the pod is deleted.
 	suspect map[agentAddress]error
+	// gates hold back the pushes to pods whose agent does not work (podbackoff.go), and steps
+	// counts each one's failures.
+	gates map[agentAddress]podGate
+	steps workqueue.TypedRateLimiter[agentAddress]
 }
 
 // noAnswer is the outcome of a pod whose push has not answered within pushPatience, whether
@@ -100,6 +105,7 @@ func timedOut(err error) bool {
 func (b *pushBook) init() {
 	if b.pushes == nil {
 		b.pushes, b.applied, b.suspect = map[pushKey]*pendingPush{}, map[types.NamespacedName]map[string]appliedPush{}, map[agentAddress]error{}
+		b.gates = map[agentAddress]podGate{}
 	}
 }
 
@@ -145,15 +151,17 @@ func (b *pushBook) start(key pushKey, subject pushSubject) (lastErr error) {
 
 // finish records a push's outcome, settled or not; late reports that nobody waits for it any
 // more.
-func (b *pushBook) finish(key pushKey, outcome podOutcome, settled bool, now time.Time) (late bool) {
+func (b *pushBook) finish(key pushKey, subject pushSubject, outcome podOutcome, settled bool, now time.Time) (late bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.init()
+	if timedOut(outcome.Err) {
+		outcome.Err = &noAnswer{}
+	}
+	b.judgeLocked(subject, outcome.Err, now) // the pod's, whatever became of the flow
 	p := b.pushes[key]
 	if p == nil {
 		return false // the flow was forgotten meanwhile
-	}
-	if timedOut(outcome.Err) {
-		outcome.Err = &noAnswer{}
 	}
 	p.done, p.outcome = true, outcome
 	var answered *AgentError
@@ -220,8 +228,9 @@ func (b *pushBook) forget(flow types.NamespacedName) {
 	delete(b.applied, flow)
 }
 
-// forgetPod drops the suspicions of a deleted pod, so that the book does not grow with every
-// pod that ever hung. It walks the suspicions only: a handful of pods, not the fleet.
+// forgetPod drops the suspicions and holds of a deleted pod, so that the book does not grow
+// with every pod that ever hung or failed. It walks those only: a handful of pods, not the
+// fleet.
 func (b *pushBook) forgetPod(uid types.UID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -230,6 +239,7 @@ func (b *pushBook) forgetPod(uid types.UID) {
 			delete(b.suspect, address)
 		}
 	}
+	b.forgetPodGatesLocked(uid)
 }
 
 // settledAnswer reports whether an answer shows the pod done with req, so that pushing req

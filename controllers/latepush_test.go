@@ -48,20 +48,20 @@ func TestSuspicionIsThePods(t *testing.T) {
 	if err := b.start(keyB, s); !errors.As(err, &still) {
 		t.Fatalf("another flow's push to the pod that did not answer: %v, want the suspicion", err)
 	}
-	b.finish(keyB, answer(paused, protocol.Paused), true, now)
+	b.finish(keyB, s, answer(paused, protocol.Paused), true, now)
 	if _, ok := b.take(keyB, s, now, time.Hour); !ok {
 		t.Fatal("the answered push is not reported")
 	}
 	if err := b.start(pushKey{flow: flowA, pod: "h"}, subject(paused, podH)); err != nil {
 		t.Fatalf("after an answer to flow b the pod is still suspected by flow a: %v", err)
 	}
-	b.finish(keyA, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
+	b.finish(keyA, s, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
 	b.forgetPod("uid-h")
 	if len(b.suspect) != 0 {
 		t.Fatalf("suspicions left after the pod was deleted: %v", b.suspect)
 	}
 	// Another pod at the same address (an IP reused) is not suspected for the first one.
-	b.finish(keyA, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
+	b.finish(keyA, s, podOutcome{Pod: "h", Err: errors.New("timeout")}, false, now)
 	b.collect(keyA, false)
 	if err := b.start(keyA, subject(paused, agentAddress{pod: "uid-other", url: podH.url})); err != nil {
 		t.Fatalf("a new pod at the address is suspected: %v", err)
@@ -76,7 +76,7 @@ func TestSettledAnswerIsReusedUntilSomethingChanges(t *testing.T) {
 	key := pushKey{flow: flowA, pod: "h"}
 	s := subject(paused, podH)
 	b.start(key, s)
-	b.finish(key, answer(paused, protocol.Paused), true, now)
+	b.finish(key, s, answer(paused, protocol.Paused), true, now)
 	b.collect(key, false)
 	if o, ok := b.take(key, s, now.Add(time.Minute), 5*time.Minute); !ok || o.Status == nil {
 		t.Fatal("a retry pushes again to a pod that answered the same request")

@@ -25,9 +25,11 @@ import (
 // requeues the flow when it ends; the next reconcile reports its outcome instead of pushing
 // that pod again, if the request is still the same. A pod whose answer to the same request
 // showed it done is not pushed to again within the resync period (a retry because of other
-// pods re-pushes only those).
+// pods re-pushes only those). A pod whose agent does not work is not pushed to until its
+// backoff step has passed (podbackoff.go): it is reported with its last error, and heldUntil
+// is the earliest time such a pod may be pushed again (zero if none is held).
 func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, pods []*corev1.Pod,
-	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) []podOutcome {
+	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) (_ []podOutcome, heldUntil time.Time) {
 	outcomes := make([]podOutcome, len(pods))
 	jobs := make(chan pushJob, len(pods))
 	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
@@ -47,12 +49,19 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 			outcomes[i] = o
 			continue
 		}
+		if err, next, held := r.pushes.held(subject, now); held {
+			outcomes[i].Err = err
+			if heldUntil.IsZero() || next.Before(heldUntil) {
+				heldUntil = next
+			}
+			continue
+		}
 		if lastErr := r.pushes.start(key, subject); lastErr == nil {
 			waiting[i] = key
 		} else {
 			outcomes[i].Err = lastErr
 		}
-		jobs <- pushJob{i: i, key: key, target: t, req: req} // now: the push may outlive the reconcile and its flow object
+		jobs <- pushJob{i: i, key: key, subject: subject, target: t, req: req} // now: the push may outlive the reconcile and its flow object
 	}
 	close(jobs)
 	r.pushes.keepApplied(flow, matched)
@@ -62,14 +71,14 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		go func() {
 			for job := range jobs {
 				outcome := r.pushOne(ctx, job.target, job.req)
-				if r.pushes.finish(job.key, outcome, settledAnswer(job.req, outcome), time.Now()) {
+				if r.pushes.finish(job.key, job.subject, outcome, settledAnswer(job.req, outcome), time.Now()) {
 					r.wake(flow)
 				}
 				answered <- job.i
 			}
 		}()
 	}
-	return r.awaitAnswers(outcomes, waiting, answered)
+	return r.awaitAnswers(outcomes, waiting, answered), heldUntil
 }
 
 // awaitAnswers fills outcomes from the pushes waited for as they answer, until every one did
@@ -110,10 +119,11 @@ func subjectOf(pod *corev1.Pod, t AgentTarget, req protocol.FlowRequest) pushSub
 // pushJob is one pod's push, run by one of the flow's at most parallelism push workers (so a
 // flow of 10 000 pods starts 64 goroutines, not 10 000).
 type pushJob struct {
-	i      int
-	key    pushKey
-	target AgentTarget
-	req    protocol.FlowRequest
+	i       int
+	key     pushKey
+	subject pushSubject
+	target  AgentTarget
+	req     protocol.FlowRequest
 }
 
 // pushOne pushes one request and records how it went.

@@ -247,10 +247,10 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		return req
 	}
 	key := flowKey(flow)
-	obs.Outcomes = r.pushAll(ctx, key, pods, target, request)
+	obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request)
 	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
 		obs.Revision = newest + 1
-		obs.Outcomes = r.pushAll(ctx, key, pods, target, request)
+		obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request)
 	}
 	for i := range obs.Outcomes {
 		if obs.Outcomes[i].Status == nil {
@@ -429,8 +429,9 @@ func tokenRefText(flow *subflowv1.SubscriptionFlow) string {
 }
 
 // requeue comes back at the next window boundary or override expiry, and at the latest after
-// the resync period; sooner while a seek runs; with a growing delay (1 s doubling to 1 min) while agents are not ready or a holder could not
-// be released.
+// the resync period; sooner while a seek runs; with a growing delay (1 s doubling to 1 min) while
+// agents are not ready or a holder could not be released, but no later than a pod held back
+// (podbackoff.go) may be pushed again.
 func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, obs observation) ctrl.Result {
 	after := r.resync()
 	ready := meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionReady)
@@ -438,6 +439,9 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 		r.retries.reset(flowKey(flow))
 	} else {
 		after = r.retries.next(flowKey(flow))
+	}
+	if !obs.HeldUntil.IsZero() {
+		after = min(after, max(time.Until(obs.HeldUntil), time.Millisecond)) // the pushes' clock: wall time
 	}
 	if seekRunning(obs) {
 		after = min(after, seekPoll)

@@ -74,6 +74,9 @@ type observation struct {
 	Orphaned map[string]bool
 	// Selector is the flow's pod selector as kubectl writes it, for the release command.
 	Selector string
+	// HeldUntil is when the first pod held back for failing (podbackoff.go) may be pushed
+	// again; zero when none is. For the requeue only.
+	HeldUntil time.Time
 }
 
 // backlogRisk assesses what the reporter answered, if it did.
