@@ -378,9 +378,12 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 	if st.Pods.Unreachable == 0 && st.Consumers.Total == 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers, "The matched pods have no consumer of the flow: none is paused"
 	}
-	if st.Pods.Unreachable > 0 || st.Consumers.Running > 0 {
+	if st.Pods.Unreachable > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonPausePending, unobservedMessage(obs, st)
+	}
+	if st.Consumers.Running > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonPausePending, fmt.Sprintf(
-			"%d consumers still running, %d agents unreachable", st.Consumers.Running, st.Pods.Unreachable)
+			"%d of %d consumers still running", st.Consumers.Running, st.Consumers.Total)
 	}
 	source := string(obs.Effective.Source)
 	if obs.Effective.Reason != "" {
@@ -389,6 +392,26 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 	return metav1.ConditionTrue, subflowv1.ReasonConsumersPaused, fmt.Sprintf(
 		"%d/%d consumers paused or stopped (%s, from %s)", st.Consumers.Paused+st.Consumers.Stopped,
 		st.Consumers.Total, obs.Effective.State, source)
+}
+
+// unobservedMessage says what a pause is waiting for when some pods' agents did not answer: it
+// counts only the consumers it saw, and names the pods whose consumers it could not see, which
+// may well be running.
+func unobservedMessage(obs observation, st subflowv1.SubscriptionFlowStatus) string {
+	pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil })
+	unknown := fmt.Sprintf("%d %s unreachable, %s consumers' state unknown: %s", len(pods), plural(len(pods), "pod", "pods"),
+		plural(len(pods), "its", "their"), listNames(pods))
+	if st.Pods.Synced == 0 {
+		return "No agent answered; " + unknown
+	}
+	return fmt.Sprintf("%d of the %d consumers in reachable pods still running; %s", st.Consumers.Running, st.Consumers.Total, unknown)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // seekStatus keeps a finished seek's result and records the executor of a pending one.

@@ -36,6 +36,7 @@ func TestComputeStatusConditions(t *testing.T) {
 		outcomes      []podOutcome
 		wantReady     string // "True/Reason" or "False/Reason"
 		wantPaused    string
+		wantPausedMsg string // part of the Paused message
 		wantStalled   bool
 		wantMessage   string // part of the Ready message
 		wantHalted    string
@@ -52,10 +53,20 @@ func TestComputeStatusConditions(t *testing.T) {
 			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused, protocol.Running)}},
 			wantReady: "False/ConsumersConverging", wantPaused: "False/PausePending", wantMessage: "a/c1 on orders (Running)",
 			wantHalted: "1/2", wantMatched: 1, wantReachable: 1},
+		{name: "one consumer still running, counted", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused, protocol.Running)}, {Pod: "b", Status: agentAnswer(protocol.Paused)}},
+			wantReady: "False/ConsumersConverging", wantPaused: "False/PausePending", wantPausedMsg: "1 of 3 consumers still running",
+			wantHalted: "2/3", wantMatched: 2, wantReachable: 2},
 		{name: "unreachable agent is named", eff: paused,
 			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}, {Pod: "b", Err: errors.New("connection refused")}},
 			wantReady: "False/AgentsUnreachable", wantPaused: "False/PausePending", wantMessage: "b (connection refused)",
-			wantHalted: "1/1", wantMatched: 2, wantReachable: 1},
+			wantPausedMsg: "0 of the 1 consumers in reachable pods still running; 1 pod unreachable, its consumers' state unknown: b",
+			wantHalted:    "1/1", wantMatched: 2, wantReachable: 1},
+		{name: "no agent answered", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Err: &noAnswer{}}, {Pod: "b", Err: errors.New("connection refused")}},
+			wantReady: "False/AgentsUnreachable", wantPaused: "False/PausePending",
+			wantPausedMsg: "No agent answered; 2 pods unreachable, their consumers' state unknown: a, b",
+			wantHalted:    "0/0", wantMatched: 2},
 		{name: "pod without IP", eff: running, outcomes: []podOutcome{{Pod: "new"}},
 			wantReady: "False/AgentsUnreachable", wantPaused: "False/Running", wantMessage: "new (no pod IP yet)", wantHalted: "0/0", wantMatched: 1},
 		{name: "wrong token stalls", eff: paused, outcomes: []podOutcome{{Pod: "a", Err: unauthorized}},
@@ -90,6 +101,9 @@ func TestComputeStatusConditions(t *testing.T) {
 			}
 			if msg := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionReady).Message; !strings.Contains(msg, tt.wantMessage) {
 				t.Errorf("Ready message %q does not contain %q", msg, tt.wantMessage)
+			}
+			if msg := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionPaused).Message; !strings.Contains(msg, tt.wantPausedMsg) {
+				t.Errorf("Paused message %q does not contain %q", msg, tt.wantPausedMsg)
 			}
 			if st.Consumers.Halted != tt.wantHalted || st.Pods.Matched != tt.wantMatched || st.Pods.Synced != tt.wantReachable {
 				t.Errorf("halted %s matched %d synced %d, want %s %d %d", st.Consumers.Halted, st.Pods.Matched, st.Pods.Synced,
