@@ -196,11 +196,19 @@ func laterTime(a *metav1.Time, b time.Time) *metav1.Time {
 	return &metav1.Time{Time: b}
 }
 
+// until says how far t is: to the minute (the message then changes once a minute, not at
+// every reconcile), but to the second in the last minute, which rounding to the minute would
+// call "0s".
 func until(now, t time.Time) string {
-	if !t.After(now) {
+	d := t.Sub(now)
+	switch {
+	case d <= 0:
 		return "already due"
+	case d < time.Minute:
+		return "in " + max(d.Round(time.Second), time.Second).String()
+	default:
+		return "in " + d.Round(time.Minute).String()
 	}
-	return "in " + t.Sub(now).Round(time.Minute).String()
 }
 
 // setBacklogCondition reports the risk: only a halted flow is at risk, since running consumers

@@ -33,6 +33,12 @@ func TestBacklogRisk(t *testing.T) {
 	}{
 		{"TTL due within the lead time", entry(func(b *protocol.BacklogStatus) { b.MessageTTLSeconds = &ttl }),
 			subflowv1.StatePaused, metav1.ConditionTrue, oldest.Add(time.Hour), "messageTTL 3600s"},
+		{"TTL due in 29 s says so", entry(func(b *protocol.BacklogStatus) {
+			minute, justBefore := int64(60), now.Add(-31*time.Second)
+			b.MessageTTLSeconds, b.OldestPublishTime = &minute, &justBefore
+		}), subflowv1.StatePaused, metav1.ConditionTrue, now.Add(29 * time.Second), "(in 29s)"},
+		{"TTL due within the hour, to the minute", entry(func(b *protocol.BacklogStatus) { b.MessageTTLSeconds = &ttl }),
+			subflowv1.StatePaused, metav1.ConditionTrue, oldest.Add(time.Hour), "(in 10m0s)"},
 		{"TTL beyond the lead time", entry(func(b *protocol.BacklogStatus) { t := int64(86400); b.MessageTTLSeconds = &t }),
 			subflowv1.StatePaused, metav1.ConditionFalse, oldest.Add(24 * time.Hour), "No retention"},
 		{"running flows drain", entry(func(b *protocol.BacklogStatus) { b.MessageTTLSeconds = &ttl }),
