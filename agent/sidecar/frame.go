@@ -73,10 +73,11 @@ func parseFrame(raw []byte) (frame, error) {
 // SUBSCRIBE it reads as something else. The broker's decoder (LightProto) takes the last of a
 // field given twice and replaces a sub-message given twice, where Go's protobuf merges it;
 // no client encodes a field twice. So the sidecar refuses what the two could read apart: a
-// type given twice, a field beside the sub-message the type names (Pulsar numbers each
+// type given twice, another command's field beside the type's own (Pulsar numbers each
 // command's field as its type) and, in the commands it decodes, a sub-message given twice.
+// Fields the protocol does not define pass: the broker skips them.
 //
-// commandType reads BaseCommand.type of a command holding nothing else but its type's field.
+// commandType reads BaseCommand.type of a command that names one command.
 func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
 	var typ pb.BaseCommand_Type
 	typed, own := false, protowire.Number(0)
@@ -87,17 +88,16 @@ func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
 		}
 		cmd = rest
 		switch {
-		case num == fieldCommandType && wt == protowire.VarintType && !typed:
+		case num == fieldCommandType && (typed || wt != protowire.VarintType):
+			return 0, errors.New("command type given twice")
+		case num == fieldCommandType:
 			v, _ := protowire.ConsumeVarint(value)
 			typ, typed = pb.BaseCommand_Type(v), true // the low 32 bits, as the broker reads an enum
-		case num == fieldCommandType:
-			return 0, errors.New("command type given twice")
-		case wt == protowire.BytesType && own == 0:
-			own = num
-		case num == own:
-			return 0, fmt.Errorf("command field %d given twice", num)
+		case num > maxCommandField:
+		case own != 0:
+			return 0, fmt.Errorf("command with fields %d and %d", own, num)
 		default:
-			return 0, fmt.Errorf("command with field %d beside its type's", num)
+			own = num
 		}
 	}
 	if !typed {
@@ -108,6 +108,10 @@ func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
 	}
 	return typ, nil
 }
+
+// maxCommandField is the highest field number of BaseCommand in PulsarApi.proto
+// (topicMigrated, as TOPIC_MIGRATED).
+const maxCommandField = 68
 
 const fieldCommandType = 1
 
