@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,13 +55,15 @@ type conn struct {
 	pings     []chan struct{} // PINGs sent to the broker, in order; nil entries are the client's
 	toldPings []chan struct{} // PINGs sent to the client, in order; nil entries are the broker's
 	closed    bool
-	done      chan struct{}
+	life      context.Context // ends with the connection
+	end       context.CancelFunc
 }
 
 func newConn(s *Sidecar, id uint64, nc net.Conn) *conn {
+	life, end := context.WithCancel(context.Background())
 	return &conn{s: s, id: id, client: nc, log: s.log.WithValues("conn", id, "client", nc.RemoteAddr().String()),
 		toClient: newFrameWriter(nc), consumers: map[uint64]*Consumer{},
-		pending: map[uint64]func(bool) bool{}, nextOwn: firstOwnRequestID, done: make(chan struct{})}
+		pending: map[uint64]func(bool) bool{}, nextOwn: firstOwnRequestID, life: life, end: end}
 }
 
 // frameWriter serialises the writers of one direction: the pump forwarding frames and the
@@ -121,15 +124,16 @@ func (fw *frameWriter) writeLocked(flush bool, frames ...[]byte) error {
 // directions until either side ends. Bad input ends this connection only.
 func (c *conn) serve() {
 	defer c.s.unregister(c)
-	fromClient := bufio.NewReaderSize(c.client, bufferSize)
-	first, err := c.handshake(fromClient)
+	fromClient := frameReader{r: bufio.NewReaderSize(c.client, bufferSize), max: c.s.opts.MaxFrameSize,
+		budget: c.s.frameMemory, life: c.life}
+	first, release, err := c.handshake(fromClient)
 	if err != nil {
 		c.shutdown(err.Error())
 		return
 	}
 	fromBroker := bufio.NewReaderSize(c.broker, bufferSize)
 	ended := make(chan error, 2)
-	go func() { ended <- c.pumpClient(fromClient, first) }()
+	go func() { ended <- c.pumpClient(fromClient, first, release) }()
 	go func() { ended <- c.pumpBroker(fromBroker) }()
 	reason := <-ended
 	c.shutdown(describeEnd(reason))
@@ -144,42 +148,52 @@ func describeEnd(err error) string {
 }
 
 // handshake reads the first frame, which must be a CONNECT, within the handshake timeout,
-// and dials the broker it names (or the upstream).
-func (c *conn) handshake(r *bufio.Reader) (frame, error) {
-	_ = c.client.SetReadDeadline(time.Now().Add(c.s.opts.HandshakeTimeout))
-	f, err := readFrame(r, c.s.opts.MaxFrameSize)
+// and dials the broker it names (or the upstream). release gives back the frame's memory.
+func (c *conn) handshake(fr frameReader) (frame, func(), error) {
+	deadline := time.Now().Add(c.s.opts.HandshakeTimeout)
+	_ = c.client.SetReadDeadline(deadline)
+	f, release, err := fr.read(deadline)
 	_ = c.client.SetReadDeadline(time.Time{})
 	if err != nil {
-		return frame{}, fmt.Errorf("no CONNECT from the client: %w", err)
+		return frame{}, nil, fmt.Errorf("no CONNECT from the client: %w", err)
 	}
+	if err := c.dialFor(f); err != nil {
+		release()
+		return frame{}, nil, err
+	}
+	return f, release, nil
+}
+
+// dialFor dials the broker a CONNECT names.
+func (c *conn) dialFor(f frame) error {
 	if f.typ != pb.BaseCommand_CONNECT {
-		return frame{}, fmt.Errorf("the client's first command is %v, not CONNECT", f.typ)
+		return fmt.Errorf("the client's first command is %v, not CONNECT", f.typ)
 	}
 	cmd, err := f.decode()
 	if err != nil {
-		return frame{}, err
+		return err
 	}
 	proxyTo := cmd.GetConnect().GetProxyToBrokerUrl()
 	addr, err := c.s.target(proxyTo)
 	if err != nil {
-		return frame{}, err
+		return err
 	}
 	nc, err := c.s.dial(addr)
 	if err != nil {
-		return frame{}, fmt.Errorf("dial broker %s: %w", addr, err)
+		return fmt.Errorf("dial broker %s: %w", addr, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		_ = nc.Close()
-		return frame{}, errors.New("closed during the handshake")
+		return errors.New("closed during the handshake")
 	}
 	// Through an upstream Pulsar proxy when the CONNECT names another broker than the one dialed.
 	named, _ := hostPortOf(proxyTo)
 	c.broker, c.toBroker, c.viaUp = nc, newFrameWriter(nc), proxyTo != "" && named != addr
 	c.log = c.log.WithValues("broker", addr)
 	c.log.V(1).Info("Client connected", "proxyToBroker", proxyTo)
-	return f, nil
+	return nil
 }
 
 // shutdown closes both connections and ends their consumers. A reason is logged: bad input,
@@ -191,7 +205,7 @@ func (c *conn) shutdown(reason string) {
 		return
 	}
 	c.closed = true
-	close(c.done)
+	c.end()
 	consumers := make([]*Consumer, 0, len(c.consumers))
 	for _, cons := range c.consumers {
 		consumers = append(consumers, cons)
@@ -212,24 +226,41 @@ func (c *conn) shutdown(reason string) {
 }
 
 // pumpClient forwards the client's frames to the broker through the gates.
-func (c *conn) pumpClient(r *bufio.Reader, first frame) error {
-	if err := c.toBroker.write(true, first.raw); err != nil {
-		return err
-	}
-	for {
-		f, err := readFrame(r, c.s.opts.MaxFrameSize)
-		if err != nil {
+func (c *conn) pumpClient(fr frameReader, first frame, release func()) error {
+	err := c.toBroker.write(true, first.raw)
+	release()
+	for err == nil {
+		var f frame
+		if f, release, err = c.readClientFrame(fr); err != nil {
 			return clientError(err)
 		}
-		if err := c.fromClient(f); err != nil {
-			return err
-		}
-		if !wholeFrameBuffered(r) {
-			if err := c.toBroker.flush(); err != nil {
-				return err
-			}
+		err = c.fromClient(f)
+		release()
+		if err == nil && !wholeFrameBuffered(fr.r) {
+			err = c.toBroker.flush()
 		}
 	}
+	return err
+}
+
+// readClientFrame waits for the client's next frame as long as it takes (clients keep idle
+// connections with PINGs), then gives the frame FrameTimeout to arrive whole, so that a client
+// that begins a frame and stalls gives back what it took.
+func (c *conn) readClientFrame(fr frameReader) (frame, func(), error) {
+	if wholeFrameBuffered(fr.r) {
+		return fr.read(time.Time{})
+	}
+	if _, err := fr.r.Peek(1); err != nil {
+		return frame{}, nil, err
+	}
+	deadline := time.Now().Add(c.s.opts.FrameTimeout)
+	_ = c.client.SetReadDeadline(deadline)
+	f, release, err := fr.read(deadline)
+	_ = c.client.SetReadDeadline(time.Time{})
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return frame{}, nil, fmt.Errorf("a frame begun was not complete within %v: %w", c.s.opts.FrameTimeout, err)
+	}
+	return f, release, err
 }
 
 func clientError(err error) error {
@@ -377,7 +408,7 @@ func (c *conn) barrier(ctx context.Context) error {
 	select {
 	case <-pong:
 		return nil
-	case <-c.done:
+	case <-c.life.Done():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

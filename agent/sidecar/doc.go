@@ -22,11 +22,14 @@
 // for byte. With pulsar+ssl:// every broker connection is TLS with the broker's host name
 // verified (Options.TLSCAFile).
 //
-// Frames are bounded by Options.MaxFrameSize in both directions. Garbage, an oversized frame, a
-// command that does not parse, a command the broker could read otherwise than the sidecar (its
-// type given twice, a field beside its type's, a sub-message given twice: frame.go), a first
-// command other than CONNECT or no CONNECT at all close that connection, with the reason
-// logged; other connections are not affected. A FLOW for a
+// Frames are bounded by Options.MaxFrameSize in both directions; a frame's buffer grows with the
+// bytes that arrive. What clients send is also bounded together: their frames being read share
+// Options.FrameMemory, a frame begun must be complete within Options.FrameTimeout, and at most
+// Options.MaxConnections are open. Garbage, an oversized frame, a command that does not parse,
+// a command the broker could read otherwise than the sidecar (its type given twice, another
+// command's field beside its own, a sub-message given twice: frame.go), a first command other
+// than CONNECT or no CONNECT at all, and a frame begun and not completed in time close that
+// connection, with the reason logged; other connections are not affected. A FLOW for a
 // consumer the connection never subscribed is dropped (it can only race a close).
 //
 // # The frame gate (consumer.go)

@@ -2,11 +2,14 @@ package sidecar
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -36,23 +39,81 @@ type frame struct {
 	payload []byte
 }
 
-// readFrame reads one frame whose size field (the length after the prefix) is at most max.
-// Every frame gets its own buffer: a held MESSAGE keeps it.
+// firstChunk is the most a frame's buffer starts with before its bytes have arrived; it grows
+// as they do, so a peer announcing a large frame costs what it sends.
+const firstChunk = bufferSize
+
+// frameReader reads one peer's frames, whose size field (the length after the prefix) is at
+// most max. Every frame gets its own buffer: a held MESSAGE keeps it.
+type frameReader struct {
+	r   *bufio.Reader
+	max int
+	// budget, for clients, bounds the memory of their frames in progress: a frame larger than
+	// firstChunk takes its size from it before being read, waiting until the deadline or until
+	// life ends. nil: no bound (brokers).
+	budget *semaphore.Weighted
+	life   context.Context
+}
+
+// read reads one frame; release gives back what it took of the budget, once the frame is
+// handled.
+func (fr frameReader) read(deadline time.Time) (f frame, release func(), err error) {
+	header, err := fr.r.Peek(4)
+	if err != nil {
+		return frame{}, nil, err
+	}
+	total := binary.BigEndian.Uint32(header)
+	if total < 4 || uint64(total) > uint64(fr.max) {
+		return frame{}, nil, fmt.Errorf("%w: size %d (allowed 4..%d)", errBadFrame, total, fr.max)
+	}
+	size := 4 + int(total)
+	release = func() {}
+	if fr.budget != nil && size > firstChunk {
+		ctx, cancel := fr.life, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			ctx, cancel = context.WithDeadline(fr.life, deadline)
+		}
+		err := fr.budget.Acquire(ctx, int64(size))
+		cancel()
+		if err != nil {
+			return frame{}, nil, fmt.Errorf("waiting for memory for a frame of %d bytes: %w", total, err)
+		}
+		release = func() { fr.budget.Release(int64(size)) }
+	}
+	raw, err := readGrowing(fr.r, size)
+	if err == nil {
+		f, err = parseFrame(raw)
+	}
+	if err != nil {
+		release()
+		return frame{}, nil, err
+	}
+	return f, release, nil
+}
+
+// readFrame reads one frame of a peer whose frames in progress are not bounded together.
 func readFrame(r *bufio.Reader, max int) (frame, error) {
-	var header [4]byte
-	if _, err := io.ReadFull(r, header[:]); err != nil {
-		return frame{}, err
+	f, _, err := frameReader{r: r, max: max}.read(time.Time{})
+	return f, err
+}
+
+// readGrowing reads size bytes into a buffer that starts with what has arrived, or firstChunk,
+// and doubles as more does.
+func readGrowing(r *bufio.Reader, size int) ([]byte, error) {
+	buf := make([]byte, min(size, max(r.Buffered(), firstChunk)))
+	n, err := io.ReadFull(r, buf)
+	for err == nil && n < size {
+		grown := make([]byte, min(size, 2*len(buf)))
+		copy(grown, buf)
+		buf = grown
+		var more int
+		more, err = io.ReadFull(r, buf[n:])
+		n += more
 	}
-	total := binary.BigEndian.Uint32(header[:])
-	if total < 4 || uint64(total) > uint64(max) {
-		return frame{}, fmt.Errorf("%w: size %d (allowed 4..%d)", errBadFrame, total, max)
+	if err != nil {
+		return nil, fmt.Errorf("frame of %d bytes cut short: %w", size-4, err)
 	}
-	raw := make([]byte, 4+int(total))
-	copy(raw, header[:])
-	if _, err := io.ReadFull(r, raw[4:]); err != nil {
-		return frame{}, fmt.Errorf("frame of %d bytes cut short: %w", total, err)
-	}
-	return parseFrame(raw)
+	return buf, nil
 }
 
 func parseFrame(raw []byte) (frame, error) {

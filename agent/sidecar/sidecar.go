@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/subflow-dev/subflow/agent/internal/startgate"
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -28,6 +29,9 @@ const DefaultListenAddr = "127.0.0.1:6650"
 const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultDialTimeout      = 10 * time.Second
+	DefaultMaxConnections   = 256
+	DefaultFrameTimeout     = 30 * time.Second
+	DefaultFrameMemory      = 64 << 20
 )
 
 // Options configure a sidecar.
@@ -52,6 +56,18 @@ type Options struct {
 	// HandshakeTimeout bounds the wait for a new connection's CONNECT; zero means
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// MaxConnections bounds the client connections open at once; zero means
+	// DefaultMaxConnections. One more is closed as soon as it is accepted, with the reason
+	// logged.
+	MaxConnections int
+	// FrameTimeout bounds how long a client may take to send a frame once it has begun it;
+	// zero means DefaultFrameTimeout. A client that takes longer has its connection closed.
+	// Between frames a connection may stay idle as long as the client likes.
+	FrameTimeout time.Duration
+	// FrameMemory bounds the bytes of client frames being read at once, beyond the first
+	// 64 KiB of each: a frame that does not fit waits for the others (within FrameTimeout).
+	// Zero means DefaultFrameMemory; it is at least one frame of MaxFrameSize.
+	FrameMemory int64
 	// DialTimeout bounds connecting to a broker; zero means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// StrictPause makes a pause take back what the client had buffered: the sidecar closes
@@ -82,6 +98,8 @@ type Sidecar struct {
 	log      logr.Logger
 	upstream string      // host:port of BrokerURL
 	tls      *tls.Config // for pulsar+ssl; nil for plaintext brokers
+	// frameMemory holds Options.FrameMemory, shared by the client frames being read.
+	frameMemory *semaphore.Weighted
 
 	mu          sync.Mutex
 	conns       map[uint64]*conn
@@ -135,8 +153,19 @@ func New(opts Options) (*Sidecar, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
+	if opts.FrameTimeout <= 0 {
+		opts.FrameTimeout = DefaultFrameTimeout
+	}
+	if opts.FrameMemory <= 0 {
+		opts.FrameMemory = DefaultFrameMemory
+	}
+	opts.FrameMemory = max(opts.FrameMemory, 4+int64(opts.MaxFrameSize))
 	s := &Sidecar{opts: opts, log: opts.Logger, upstream: upstream, tls: tlsConfig, conns: map[uint64]*conn{},
-		consumers: map[*Consumer]bool{}, routes: map[string]route{}, detaching: map[chan struct{}]*conn{}}
+		frameMemory: semaphore.NewWeighted(opts.FrameMemory),
+		consumers:   map[*Consumer]bool{}, routes: map[string]route{}, detaching: map[chan struct{}]*conn{}}
 	if err := s.newStartGate(); err != nil {
 		return nil, err
 	}
@@ -246,6 +275,12 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 			break
 		}
 		c := s.register(nc)
+		if c == nil {
+			s.log.Info("Connection refused", "client", nc.RemoteAddr().String(),
+				"reason", fmt.Sprintf("%d connections open, the most allowed", s.opts.MaxConnections))
+			_ = nc.Close()
+			continue
+		}
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); c.serve() }()
 	}
@@ -257,9 +292,13 @@ func (s *Sidecar) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// register tracks a new connection, or returns nil when MaxConnections are open.
 func (s *Sidecar) register(nc net.Conn) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.conns) >= s.opts.MaxConnections {
+		return nil
+	}
 	s.nextConn++
 	c := newConn(s, s.nextConn, nc)
 	s.conns[c.id] = c
@@ -415,7 +454,7 @@ func (s *Sidecar) awaitDetaches() {
 	for pong, c := range pending {
 		select {
 		case <-pong:
-		case <-c.done:
+		case <-c.life.Done():
 		case <-deadline.Done():
 		}
 		s.mu.Lock()

@@ -208,7 +208,7 @@ func needStrictGoClient(t *testing.T) {
 func TestLookupHoldIsBoundedWhenSeveralClientsNeverAnswer(t *testing.T) {
 	s := &Sidecar{detaching: map[chan struct{}]*conn{}}
 	for range 3 {
-		s.detached(make(chan struct{}), &conn{done: make(chan struct{})}) // never answered, never closed
+		s.detached(make(chan struct{}), &conn{life: context.Background()}) // never answered, never closed
 	}
 	returned := make(chan struct{})
 	go func() { s.awaitDetaches(); close(returned) }()

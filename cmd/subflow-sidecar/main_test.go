@@ -36,6 +36,7 @@ func TestFlags(t *testing.T) {
 		{name: "start gated", args: []string{"--broker-url", "pulsar://b:6650", "--start-gated", "--sync-timeout", "10s", "--fallback-state", "Paused"}},
 		{name: "unknown fallback", args: []string{"--broker-url", "pulsar://b:6650", "--fallback-state", "Pausd"}, wantErr: "want Running, Paused or Stopped"},
 		{name: "token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "30s"}},
+		{name: "client limits", args: []string{"--broker-url", "pulsar://b:6650", "--max-connections", "16", "--frame-timeout", "5s", "--frame-memory", "8388608"}},
 		{name: "negative token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "-1s"}, wantErr: "--token-grace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
