@@ -158,6 +158,10 @@ images: ## Build the controller, sidecar and example consumer images (no Docker 
 e2e: ## Run the end-to-end suite on a real single-node Kubernetes with a real Pulsar (root; the first run builds the node's binaries and installs the runtime from Debian's packages).
 	hack/e2e/run.sh
 
+.PHONY: e2e-bench
+e2e-bench: ## Measure kubectl patch -> every pod Paused on the real cluster and add it to BENCHMARKS.md (keeps the other packages' parts).
+	E2E_BENCH=1 hack/e2e/run.sh
+
 .PHONY: e2e-cluster
 e2e-cluster: ## Start the end-to-end suite's cluster by hand (Ctrl-C removes it); E2E_CLEAN=1 removes what a killed run left.
 	$(if $(E2E_CLEAN),$(GO) run ./hack/e2e/cluster clean,SUBFLOW_NODE_BINARIES=$$(hack/e2e/node-binaries.sh) $(GO) run ./hack/e2e/cluster up $$(ls dist/images/*.tar 2>/dev/null))

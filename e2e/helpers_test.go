@@ -16,7 +16,7 @@ import (
 )
 
 // kubectl runs kubectl as the cluster's administrator and fails the test on an error.
-func kubectl(t *testing.T, args ...string) string {
+func kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := w.cluster.Kubectl(context.Background(), args...)
 	if err != nil {
@@ -26,14 +26,14 @@ func kubectl(t *testing.T, args ...string) string {
 }
 
 // apply applies manifests given as YAML.
-func apply(t *testing.T, manifests string) {
+func apply(t testing.TB, manifests string) {
 	t.Helper()
 	path := t.TempDir() + "/m.yaml"
 	writeFile(t, path, manifests)
 	kubectl(t, "apply", "-f", path)
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func writeFile(t *testing.T, path, content string) {
 
 // eventually polls fn every 200 ms until it returns nil, and fails with its last error after
 // timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, fn func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -60,7 +60,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, fn func() erro
 // brokerService makes a Service without a selector, and its endpoints, for the broker on the
 // host: how pods in a cluster reach a Pulsar run outside it. It returns the broker URL and the
 // admin URL as pods use them (the Service's ClusterIP: the cluster has no DNS).
-func brokerService(t *testing.T, ns string) (brokerURL, adminURL string) {
+func brokerService(t testing.TB, ns string) (brokerURL, adminURL string) {
 	apply(t, fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata: {name: pulsar, namespace: %[1]s}
@@ -87,7 +87,7 @@ endpoints:
 }
 
 // namespace creates a namespace (with labels, e.g. Pod Security) and deletes it at the test's end.
-func namespace(t *testing.T, name string, labels ...string) {
+func namespace(t testing.TB, name string, labels ...string) {
 	kubectl(t, "create", "namespace", name)
 	if len(labels) > 0 {
 		kubectl(t, append([]string{"label", "namespace", name}, labels...)...)
@@ -128,9 +128,22 @@ func produce(t *testing.T, topic, prefix string, n int) []string {
 // payload's count.
 func printed(t *testing.T, ns, selector, container string) map[string]int {
 	t.Helper()
+	counts, err := readPrinted(ns, selector, container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts
+}
+
+func readPrinted(ns, selector, container string) (map[string]int, error) {
+	ctx := context.Background()
+	pods, err := w.cluster.Kubectl(ctx, "get", "pods", "-n", ns, "-l", selector, "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		return nil, err
+	}
 	counts := map[string]int{}
-	for _, pod := range strings.Fields(kubectl(t, "get", "pods", "-n", ns, "-l", selector, "-o", "jsonpath={.items[*].metadata.name}")) {
-		out, err := w.cluster.Kubectl(context.Background(), "logs", pod, "-n", ns, "-c", container)
+	for _, pod := range strings.Fields(pods) {
+		out, err := w.cluster.Kubectl(ctx, "logs", pod, "-n", ns, "-c", container)
 		if err != nil {
 			continue // a pod not started yet printed nothing
 		}
@@ -140,7 +153,7 @@ func printed(t *testing.T, ns, selector, container string) map[string]int {
 			}
 		}
 	}
-	return counts
+	return counts, nil
 }
 
 // missing lists the payloads in want that counts does not have.

@@ -56,6 +56,8 @@ func runSuite(m *testing.M) (code int) {
 	runDir := filepath.Join(os.TempDir(), "subflow-e2e")
 	started := time.Now()
 	images, _ := filepath.Glob(filepath.Join(os.Getenv("SUBFLOW_E2E_IMAGES"), "*.tar"))
+	next, _ := filepath.Glob(filepath.Join(os.Getenv("SUBFLOW_E2E_IMAGES"), "next", "*.tar"))
+	images = append(images, next...)
 	c, err := realcluster.Start(ctx, realcluster.Options{RunDir: runDir, Binaries: os.Getenv("SUBFLOW_NODE_BINARIES"),
 		Images: images, Log: logf})
 	if err != nil {
@@ -77,6 +79,12 @@ func runSuite(m *testing.M) (code int) {
 		logf("e2e: the suite took %.0fs; nothing of the cluster is left", time.Since(started).Seconds())
 	}()
 	w = &world{cluster: c}
+	pluginDir, err := installPlugin()
+	defer os.RemoveAll(pluginDir)
+	if err != nil {
+		logf("e2e: %v", err)
+		return 1
+	}
 	stopPulsar, err := w.startPulsar(ctx)
 	if err != nil {
 		logf("e2e: %v", err)
@@ -179,6 +187,19 @@ func (w *world) helm(ctx context.Context, args ...string) (string, error) {
 		return string(out), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// installPlugin builds kubectl-subflow into a directory put first on PATH, where kubectl finds
+// its plugins, as README's install does.
+func installPlugin() (dir string, err error) {
+	if dir, err = os.MkdirTemp("", "subflow-e2e-plugin-"); err != nil {
+		return "", err
+	}
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "kubectl-subflow"), "../cmd/kubectl-subflow").CombinedOutput()
+	if err != nil {
+		return dir, fmt.Errorf("building kubectl-subflow: %w: %s", err, out)
+	}
+	return dir, os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // dumpLogs prints the tail of each component's log, for a failed run.

@@ -30,6 +30,9 @@ var targets = []Target{
 	{Text: "Pause propagation, 100 pods: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=100$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Pause propagation, 1000 agents: per-agent p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Pause propagation, 1000 agents: every agent Paused, p99", Benchmark: `^BenchmarkPausePropagation/agents=1000$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
+	// A real cluster (make e2e-bench): kubelet-run pods of the example consumer, the chart's controller.
+	{Text: "Real cluster, 10 pods: kubectl patch to every pod Paused, p99", Benchmark: `^BenchmarkPatchToEveryPodPaused$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
+	{Text: "Real cluster, 10 pods: kubectl patch to a pod Paused, p50 (context)", Benchmark: `^BenchmarkPatchToEveryPodPaused$`, Unit: "p50-ms"},
 	{Text: "Pause propagation, 10 agents (context)", Benchmark: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms"},
 	{Text: "Pause propagation, 10 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=10,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},
 	{Text: "Pause propagation, 100 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=100,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},

@@ -22,7 +22,13 @@ binaries=$(hack/e2e/node-binaries.sh)
 images=dist/e2e-images
 echo "e2e: building the images into $images" >&2
 go run ./hack/images -registry subflow.local -tag e2e -out "$images" controller sidecar example-consumer pause
+# The same controller under a second tag: the upgrade during an incident (helm upgrade).
+go run ./hack/images -registry subflow.local -tag e2e-next -out "$images/next" controller
 hack/pulsar/pulsar.sh classpath
 
-SUBFLOW_E2E=1 SUBFLOW_NODE_BINARIES="$binaries" SUBFLOW_E2E_IMAGES="$PWD/$images" \
-  go test -race -count=1 -timeout 40m -v ${E2E_RUN:+-run "$E2E_RUN"} ./e2e/
+export SUBFLOW_E2E=1 SUBFLOW_NODE_BINARIES="$binaries" SUBFLOW_E2E_IMAGES="$PWD/$images"
+if [ -n "${E2E_BENCH:-}" ]; then
+  # The e2e part of the benchmark report; every other package is read from its part in bench-runs/.
+  exec go run ./hack/benchreport -parts bench-runs -resume ./...
+fi
+go test -race -count=1 -timeout 40m -v ${E2E_RUN:+-run "$E2E_RUN"} ./e2e/

@@ -219,7 +219,7 @@ func (c *Cluster) containerd(ctx context.Context) error {
 
 func (c *Cluster) importImages(context.Context) error {
 	for _, img := range c.opts.Images {
-		if err := run("ctr", "--address", c.path("containerd.sock"), "-n", "k8s.io", "images", "import", "--no-unpack", img); err != nil {
+		if _, err := c.Ctr(context.Background(), "images", "import", "--no-unpack", img); err != nil {
 			return err
 		}
 	}
@@ -285,11 +285,23 @@ func (c *Cluster) node(ctx context.Context) error {
 
 // Kubectl runs kubectl as the administrator and returns what it printed.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+c.path("kubectl-cache"))
+	// KUBECONFIG rather than --kubeconfig: kubectl refuses flags before a plugin's name.
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "KUBECACHEDIR="+c.path("kubectl-cache"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Ctr runs containerd's ctr against the node's containerd, in the kubelet's namespace: what an
+// operator on the node would do (kill a container, list images).
+func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.path("containerd.sock"), "-n", "k8s.io"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
