@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
@@ -47,7 +48,8 @@ func TestCutPermitsReachTheBrokerAtOnce(t *testing.T) {
 // produceBatch sends n messages in one batch entry and returns their ids.
 func produceBatch(t *testing.T, client pulsar.Client, topic string, n int) []pulsar.MessageID {
 	t.Helper()
-	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: uint(n)})
+	// The n-th message closes the batch; no timer does before.
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxMessages: uint(n), BatchingMaxPublishDelay: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
