@@ -33,9 +33,6 @@ type AgentTarget struct {
 	PreviousToken string
 	Namespace     string // the flow's
 	Name          string // the flow's
-	// DefaultPort is set when the pod names no agent port and spec.agent.port names none it
-	// has: the default port is tried, and an error says so.
-	DefaultPort bool
 	// Unpooled closes the connection after the call instead of keeping it idle for the next:
 	// for a flow with more pods than the idle pool, whose every push would only evict another
 	// idle connection (wantPooled).

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"sync"
 	"time"
@@ -133,14 +132,8 @@ func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget,
 	pushDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
-		err = withAgentURL(err, t)
-		var agentErr *AgentError
-		if t.DefaultPort && !errors.As(err, &agentErr) {
-			// The likely cause is the pod spec, not the network: say so.
-			err = fmt.Errorf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), so the default port %d was tried: %w",
-				protocol.PortName, protocol.TLSPortName, protocol.DefaultPort, err)
-		}
-		return podOutcome{Pod: t.Pod, Err: err, PreviousToken: previousToken}
+		// A pod that names no agent port is told by wiringProblems, from the pod.
+		return podOutcome{Pod: t.Pod, Err: withAgentURL(err, t), PreviousToken: previousToken}
 	}
 	return podOutcome{Pod: t.Pod, Status: &status, PreviousToken: previousToken}
 }

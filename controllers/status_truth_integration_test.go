@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -168,9 +170,58 @@ func TestIntegrationPodWithoutAgentPortIsNamedAsTheCause(t *testing.T) {
 		c := condition(f, subflowv1.ConditionReady)
 		return current(f) && c != nil && c.Reason == subflowv1.ReasonAgentsUnreachable
 	})
-	want := `worker-0 (the pod declares no container port named "subflow" (nor "subflow-https", nor the flow's spec.agent.port), so the default port 9470 was tried:`
+	want := `worker-0 (the pod declares no container port named "subflow" (nor "subflow-https", nor the flow's spec.agent.port), so the default port 9470 was tried; `
 	if msg := condition(got, subflowv1.ConditionReady).Message; !strings.Contains(msg, want) {
 		t.Fatalf("Ready message %q does not contain %q", msg, want)
+	}
+}
+
+// A pod that names no agent port, whose default port hangs, and whose injection the webhook
+// skipped with a long reason: Ready and the pod's entry name both causes, the missing port
+// included, whether the push failed or timed out.
+func TestIntegrationEveryCauseOfAnUnreachablePodIsNamed(t *testing.T) {
+	ns := namespace(t, true)
+	ip := "127.83.17.5" // a loopback address of its own: its default port is this test's
+	listener, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(protocol.DefaultPort)))
+	if err != nil {
+		t.Skipf("cannot listen on the default port at %s: %v", ip, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done() // never answers: every push times out
+	}))
+	srv.Listener = listener
+	srv.Start()
+	t.Cleanup(srv.Close)
+	skipped := "InvalidBrokerURL: " + strings.Repeat("pulsar+ssl://broker.example.com:6651/", 15) + " is not a broker URL"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-0", Labels: map[string]string{"app": "worker"},
+			Annotations: map[string]string{subflowv1.InjectionSkippedAnnotation: skipped}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "worker:1"}}},
+	}
+	create(t, pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}
+	if err := k8s.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	flow := newFlow(ns, "flow", "", subflowv1.StatePaused)
+	create(t, flow)
+	const port = `the pod declares no container port named "subflow" (nor "subflow-https", nor the flow's spec.agent.port), so the default port 9470 was tried`
+	got := waitFlow(t, flow, "the timed-out push reported", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionReady)
+		return current(f) && c != nil && c.Reason == subflowv1.ReasonAgentsUnreachable && strings.Contains(c.Message, "no answer within")
+	})
+	ready := condition(got, subflowv1.ConditionReady).Message
+	for _, want := range []string{"worker-0 (injection skipped: InvalidBrokerURL", port} {
+		if !strings.Contains(ready, want) {
+			t.Errorf("Ready message %q does not contain %q", ready, want)
+		}
+	}
+	entry := got.Status.Agents[0].Message
+	for _, want := range []string{"injection skipped: InvalidBrokerURL", port, "no answer within"} {
+		if !strings.Contains(entry, want) {
+			t.Errorf("the pod's entry %q does not contain %q", entry, want)
+		}
 	}
 }
 

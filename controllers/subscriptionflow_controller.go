@@ -254,7 +254,7 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 	}
 	for i := range obs.Outcomes {
 		if obs.Outcomes[i].Status == nil {
-			obs.Outcomes[i].Wiring = wiringProblem(pods[i], flow, obs.Outcomes[i].Err)
+			obs.Outcomes[i].Wiring = wiringProblems(pods[i], flow, obs.Outcomes[i].Err)
 		}
 	}
 }
@@ -419,7 +419,7 @@ func (r *SubscriptionFlowReconciler) targetFunc(flow *subflowv1.SubscriptionFlow
 	unpooled := !wantPooled(pods)
 	return func(pod *corev1.Pod) AgentTarget {
 		return AgentTarget{Pod: pod.Name, BaseURL: agentBaseURL(pod, flow.Spec.Agent), Token: tokens.Current, PreviousToken: tokens.Previous,
-			Namespace: flow.Namespace, Name: flow.Name, DefaultPort: !namesAgentPort(pod, flow.Spec.Agent), Unpooled: unpooled}
+			Namespace: flow.Namespace, Name: flow.Name, Unpooled: unpooled}
 	}
 }
 
@@ -616,10 +616,7 @@ func (r *SubscriptionFlowReconciler) event(flow *subflowv1.SubscriptionFlow, eve
 	if r.Recorder == nil {
 		return
 	}
-	text := fmt.Sprintf(note, args...)
-	if len(text) > maxEventNote {
-		text = text[:maxEventNote-3] + "..."
-	}
+	text := clip(fmt.Sprintf(note, args...), maxEventNote) // on a rune boundary: the API refuses invalid UTF-8
 	r.Recorder.Eventf(flow, nil, eventType, reason, eventActionReconcile, "%s", text)
 }
 

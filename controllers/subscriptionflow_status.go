@@ -47,7 +47,7 @@ type podOutcome struct {
 	// PreviousToken: the agent accepted only the token its Secret held before a rotation.
 	PreviousToken bool
 	// Wiring says why the pod may not be wired for subflow, when its agent did not answer.
-	Wiring string
+	Wiring []string
 }
 
 // observation is everything the status is computed from in one reconcile.
@@ -131,11 +131,10 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	st.Seek = seekStatus(flow, obs)
 	ready, reason, message := readiness(flow.Spec, obs, st)
 	risk := obs.backlogRisk()
-	for _, note := range append(slices.Clone(obs.Effective.Notes), rotationNote(obs), risk.stallNote()) {
-		if note != "" {
-			message += "; " + note
-		}
-	}
+	// The notes keep their beginning however long the reason is: the Key_Shared stall's event
+	// is found by its note's first words.
+	message = fit(maxConditionMessage, "; ", append([]string{message}, append(slices.Clone(obs.Effective.Notes),
+		rotationNote(obs), risk.stallNote())...)...)
 	setCondition(&st, subflowv1.ConditionReady, ready, reason, message)
 	stalled := reason == subflowv1.ReasonAgentAuthFailed || reason == subflowv1.ReasonInvalidSpec
 	if ready == metav1.ConditionTrue || stalled {
@@ -197,7 +196,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		agent := subflowv1.AgentStatus{Pod: o.Pod}
 		if o.Status == nil {
 			pods.Unreachable++
-			agent.State, agent.Message = "Unreachable", clip(withWiring(errorText(o.Err), o.Wiring), maxAgentText)
+			agent.State, agent.Message = "Unreachable", unreachableText(o)
 			agents = append(agents, agent)
 			continue
 		}
@@ -574,7 +573,7 @@ func describeUnreachable(obs observation) string {
 	var parts []string
 	for _, o := range obs.Outcomes {
 		if o.Status == nil && !IsUnauthorized(o.Err) {
-			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, withWiring(errorText(o.Err), o.Wiring)))
+			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, unreachableText(o)))
 		}
 	}
 	return listNames(parts)
@@ -671,12 +670,40 @@ func listNames(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// withWiring puts the pod's wiring problem first: it is the cause, the error the symptom.
-func withWiring(text, wiring string) string {
-	if wiring == "" {
-		return text
+// unreachableText says why a pod's agent did not answer: its wiring problems first (the cause),
+// then the error (the symptom), each keeping its beginning within maxAgentText.
+func unreachableText(o podOutcome) string {
+	return fit(maxAgentText, "; ", append(slices.Clone(o.Wiring), errorText(o.Err))...)
+}
+
+// fit joins the non-empty parts with sep in at most n bytes. When they do not fit, the room is
+// shared out: a part shorter than its share is kept whole and the others are clipped to what
+// is left, each keeping its beginning, where it says what it is about. A plain cut would drop
+// the last parts whole (a note after a long list, a second cause after a long first one).
+func fit(n int, sep string, parts ...string) string {
+	parts = slices.DeleteFunc(slices.Clone(parts), func(p string) bool { return p == "" })
+	size := make([]int, len(parts)) // 0: not decided yet (every part is at least 1 byte)
+	room, undecided := n-len(sep)*max(len(parts)-1, 0), len(parts)
+	for undecided > 0 {
+		share, decided := max(room/undecided, len("…")), false
+		for i, p := range parts {
+			if size[i] == 0 && len(p) <= share {
+				size[i], room, undecided, decided = len(p), room-len(p), undecided-1, true
+			}
+		}
+		if !decided { // every part left is longer than its share: clip each to it
+			for i := range parts {
+				if size[i] == 0 {
+					size[i] = share
+				}
+			}
+			break
+		}
 	}
-	return wiring + "; " + text
+	for i := range parts {
+		parts[i] = clip(parts[i], size[i])
+	}
+	return strings.Join(parts, sep)
 }
 
 func errorText(err error) string {

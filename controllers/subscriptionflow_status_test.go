@@ -280,3 +280,57 @@ func TestConditionTransitionsAreDatedByTheReconcilersClock(t *testing.T) {
 		}
 	}
 }
+
+// A Ready reason longer than a condition message allows (rules held by a dozen orphaned
+// flows, each named with its release command) leaves the notes after it whole: an expired
+// override, and the Key_Shared stall whose event is found by its note's first words.
+func TestReadyKeepsEveryNoteAfterALongReason(t *testing.T) {
+	var outcomes []podOutcome
+	orphaned := map[string]bool{}
+	for i := range 12 {
+		uid := fmt.Sprintf("uid-%02d", i)
+		orphaned[uid] = true
+		st := agentAnswer(protocol.Paused)
+		st.HeldBy = []protocol.RuleRef{{Namespace: "ns", Name: fmt.Sprintf("%s-%02d", strings.Repeat("retained", 30), i), UID: uid, State: protocol.Paused}}
+		outcomes = append(outcomes, podOutcome{Pod: fmt.Sprintf("pod-%02d", i), Status: st})
+	}
+	expired := "override subflow.dev/override-state=Paused expired at 2026-12-01T00:00:00Z and is ignored"
+	st := computeStatus(&subflowv1.SubscriptionFlow{}, observation{
+		Effective: Effective{State: subflowv1.StateRunning, Source: subflowv1.SourceSpec, Notes: []string{expired}},
+		Revision:  1, Outcomes: outcomes, Now: time.Now(), Orphaned: orphaned, Selector: strings.Repeat("app=worker,", 30) + "tier=x",
+		Reporter: "pod-00", BacklogLeadTime: time.Hour})
+	ready := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionReady)
+	if ready.Reason != subflowv1.ReasonHeldByOtherRule || len(ready.Message) > maxConditionMessage || !utf8.ValidString(ready.Message) {
+		t.Fatalf("Ready %s, %d bytes (valid UTF-8: %v)", ready.Reason, len(ready.Message), utf8.ValidString(ready.Message))
+	}
+	if !strings.HasSuffix(ready.Message, "; "+expired) {
+		t.Fatalf("Ready's message does not end with the whole note: ...%q", ready.Message[len(ready.Message)-200:])
+	}
+	if !strings.Contains(ready.Message, "pod-00/c0 (Paused)") || !strings.Contains(ready.Message, "…") {
+		t.Fatalf("Ready's reason is not kept from its beginning, clipped: %.200q", ready.Message)
+	}
+}
+
+func TestFitKeepsEveryPartsBeginning(t *testing.T) {
+	long, short := strings.Repeat("é", 400), "the key part"
+	for _, c := range []struct {
+		name  string
+		parts []string
+		want  []string // each part's beginning
+	}{
+		{"all fit", []string{"a", "", "b"}, []string{"a; b"}},
+		{"a long first part leaves the second whole", []string{long, short}, []string{"éé", "…; " + short}},
+		{"a long last part is clipped", []string{short, long}, []string{short + "; éé", "…"}},
+		{"two long parts share the room", []string{"x" + long, "y" + long}, []string{"xé", "…; yé"}},
+	} {
+		got := fit(100, "; ", c.parts...)
+		if len(got) > 100 || !utf8.ValidString(got) {
+			t.Errorf("%s: %d bytes, valid UTF-8 %v", c.name, len(got), utf8.ValidString(got))
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q does not contain %q", c.name, got, w)
+			}
+		}
+	}
+}

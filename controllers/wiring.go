@@ -5,29 +5,36 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// wiringProblem tells, from its spec, why a pod the flow selects may not be wired for subflow,
-// or "" when nothing shows: the webhook's record of a skipped injection, a pod that asked for
-// injection and was never injected (created while the webhook was down or absent), or, when
-// the agent refused the token, a pod that does not read the token Secret. The controller names it beside an agent it
-// cannot reach or that refuses its token, so that the reason is read where the symptom is.
-func wiringProblem(pod *corev1.Pod, flow *subflowv1.SubscriptionFlow, pushErr error) string {
+// wiringProblems tell, from its spec, why a pod the flow selects may not be wired for subflow:
+// the webhook's record of a skipped injection, a pod that asked for injection and was never
+// injected (created while the webhook was down or absent), a pod that names no control port
+// (the default port was tried), or, when the agent refused the token, a pod that does not read
+// the token Secret. The controller names them, first, beside an agent it cannot reach or that
+// refuses its token, so that the cause is read where the symptom is. They come from the flow
+// and the pod only: the push's error, which another flow's push or a timeout may have written,
+// never carries them.
+func wiringProblems(pod *corev1.Pod, flow *subflowv1.SubscriptionFlow, pushErr error) []string {
+	var problems []string
 	if skipped := pod.Annotations[subflowv1.InjectionSkippedAnnotation]; skipped != "" {
-		return "injection skipped: " + skipped
+		problems = append(problems, "injection skipped: "+skipped)
+	} else if mode := pod.Labels[subflowv1.InjectLabel]; mode != "" && pod.Annotations[subflowv1.InjectedAnnotation] == "" {
+		problems = append(problems, fmt.Sprintf("labelled %s=%s but never injected (created while the webhook was down or absent): "+
+			"delete the pod so that it is created again", subflowv1.InjectLabel, mode))
 	}
-	if mode := pod.Labels[subflowv1.InjectLabel]; mode != "" && pod.Annotations[subflowv1.InjectedAnnotation] == "" {
-		return fmt.Sprintf("labelled %s=%s but never injected (created while the webhook was down or absent): delete the pod so that it is created again",
-			subflowv1.InjectLabel, mode)
+	if !namesAgentPort(pod, flow.Spec.Agent) {
+		problems = append(problems, fmt.Sprintf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), "+
+			"so the default port %d was tried", protocol.PortName, protocol.TLSPortName, protocol.DefaultPort))
 	}
-	// A pod that does not read the token is the cause only of a refused token; a missing
-	// control port is told by the push's own error (pushOne).
+	// A pod that does not read the token is the cause only of a refused token.
 	if secret, _ := tokenRef(flow); IsUnauthorized(pushErr) && !usesSecret(pod, secret) {
-		return fmt.Sprintf("not wired for subflow (no volume or env var from Secret %s, the agents' token): label it %s=agent or sidecar (docs/onboarding.md)",
-			secret, subflowv1.InjectLabel)
+		problems = append(problems, fmt.Sprintf("not wired for subflow (no volume or env var from Secret %s, the agents' token): "+
+			"label it %s=agent or sidecar (docs/onboarding.md)", secret, subflowv1.InjectLabel))
 	}
-	return ""
+	return problems
 }
 
 // usesSecret reports whether the pod mounts the Secret or reads it into an env var.
