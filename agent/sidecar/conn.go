@@ -45,6 +45,8 @@ type conn struct {
 	// cutting: a consumer of this connection cuts a seek target's batch entry, so the client's
 	// ACKs are read (seekCut); until then they pass unread.
 	cutting atomic.Bool
+	// maxMessageSize is what the broker's CONNECTED told the client; 0 until then.
+	maxMessageSize atomic.Int32
 
 	mu        sync.Mutex
 	broker    net.Conn
@@ -443,7 +445,7 @@ func (c *conn) pumpBroker(r *bufio.Reader) error {
 func (c *conn) fromBroker(f frame) error {
 	switch f.typ {
 	case pb.BaseCommand_MESSAGE, pb.BaseCommand_SUCCESS, pb.BaseCommand_ERROR,
-		pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_LOOKUP_RESPONSE:
+		pb.BaseCommand_CLOSE_CONSUMER, pb.BaseCommand_LOOKUP_RESPONSE, pb.BaseCommand_CONNECTED:
 		cmd, err := f.decode()
 		if err != nil {
 			return fmt.Errorf("broker: %w", err)
@@ -484,6 +486,8 @@ func (c *conn) brokerCommand(f frame, cmd *pb.BaseCommand) error {
 	case pb.BaseCommand_LOOKUP_RESPONSE:
 		c.s.awaitDetaches()
 		return c.toClient.write(false, c.routeLookup(f.raw, cmd))
+	case pb.BaseCommand_CONNECTED:
+		c.maxMessageSize.Store(cmd.GetConnected().GetMaxMessageSize())
 	}
 	return c.toClient.write(false, f.raw)
 }
@@ -554,6 +558,16 @@ func (c *conn) clientPong(raw []byte) error {
 		return nil
 	}
 	return c.toBroker.write(false, raw)
+}
+
+// clientMaxFrame is the largest frame the client takes: the broker's max_message_size, which
+// CONNECTED tells it, plus the padding clients allow for the command and metadata; without
+// one, the default.
+func (c *conn) clientMaxFrame() int {
+	if n := c.maxMessageSize.Load(); n > 0 {
+		return int(n) + framePadding
+	}
+	return DefaultMaxFrameSize
 }
 
 // routeLookup keeps the client on the sidecar: a lookup answer that sends it to a broker is

@@ -584,7 +584,7 @@ func (c *Consumer) cutLocked(f frame, msg *pb.CommandMessage, e entry) ([]byte, 
 	if c.cut == nil || !c.cut.matches(msg.GetMessageId()) {
 		return f.raw, 0
 	}
-	out, removed, err := cutBatch(f, msg, c.cut.keepFrom)
+	out, removed, err := cutBatch(f, msg, c.cut.keepFrom, c.conn.clientMaxFrame())
 	if err != nil {
 		c.conn.log.Info("Delivering a seek target's batch entry whole", "topic", c.topic, "error", err.Error())
 		return f.raw, 0

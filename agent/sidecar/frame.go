@@ -18,9 +18,12 @@ import (
 )
 
 // DefaultMaxFrameSize is what a broker accepts by default: maxMessageSize (5 MiB) plus the
-// 10 KiB of padding the Java broker's frame decoder allows for the command and metadata
-// (Commands.DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING).
-const DefaultMaxFrameSize = 5<<20 + 10<<10
+// padding the Java broker's frame decoder allows for the command and metadata
+// (Commands.DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING). Clients take frames of the
+// broker's maxMessageSize plus the same padding.
+const DefaultMaxFrameSize = 5<<20 + framePadding
+
+const framePadding = 10 << 10
 
 const (
 	magicChecksum    = 0x0e01

@@ -48,8 +48,8 @@ func (c *rawClient) send(frames ...[]byte) {
 }
 
 // await reads frames until a command of type typ, answering PINGs, and returns it with its
-// payload.
-func (c *rawClient) await(typ pb.BaseCommand_Type) (*pb.BaseCommand, []byte) {
+// frame.
+func (c *rawClient) await(typ pb.BaseCommand_Type) (*pb.BaseCommand, frame) {
 	c.t.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(waitFor))
 	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
@@ -73,7 +73,7 @@ func (c *rawClient) await(typ pb.BaseCommand_Type) (*pb.BaseCommand, []byte) {
 		}
 		switch cmd.GetType() {
 		case typ:
-			return cmd, f.payload
+			return cmd, f
 		case pb.BaseCommand_PING:
 			c.send(encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}}))
 		case pb.BaseCommand_ERROR:

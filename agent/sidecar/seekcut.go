@@ -74,56 +74,86 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 var errCannotCut = errors.New("batch entry cannot be cut")
 
 // cutBatch rewrites a MESSAGE frame so that its batch begins at message keepFrom: the
-// messages before it are removed, the rest is left uncompressed (the client reads any codec,
-// so there is no need to compress again), the checksum is computed anew, and the indexes the
-// broker marks as acknowledged (ack_set) are renumbered. It returns the new frame and how many
-// messages it removed.
-func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32) ([]byte, int64, error) {
-	brokerEntry, rawMeta, body, err := splitPayload(f.payload)
+// messages before it are removed, the checksum is computed anew, and the indexes the broker
+// marks as acknowledged (ack_set) are renumbered. The rest is left uncompressed (the client
+// reads any codec), unless that would make the frame larger than maxFrame, the most the client
+// takes: then it is compressed again with the entry's codec, and an entry still too large is
+// not cut. It returns the new frame and how many messages it removed.
+func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32, maxFrame int) ([]byte, int64, error) {
+	brokerEntry, meta, rest, err := batchFrom(f, keepFrom)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 	}
-	if hasField(rawMeta, fieldMetadataEncryptionKeys) {
-		return nil, 0, fmt.Errorf("%w: encrypted", errCannotCut)
-	}
-	var meta pb.MessageMetadata
-	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(rawMeta, &meta); err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
-	}
-	n := meta.GetNumMessagesInBatch()
-	if meta.NumMessagesInBatch == nil || keepFrom <= 0 || keepFrom >= n {
-		return nil, 0, fmt.Errorf("%w: message %d of a batch of %d", errCannotCut, keepFrom, n)
-	}
-	// Allocation follows what the entry holds, not what its metadata claims.
-	codec, size := meta.GetCompression(), int64(meta.GetUncompressedSize())
-	if size > maxCutBatch || (codec != compressionNone && size > maxExpansion(codec)*int64(len(body))) {
-		return nil, 0, fmt.Errorf("%w: %d bytes uncompressed announced for %d compressed", errCannotCut, size, len(body))
-	}
-	batch, err := decompress(codec, body, int(size))
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
-	}
-	rest, err := messagesFrom(batch, int(n), int(keepFrom))
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
-	}
-	meta.NumMessagesInBatch = proto.Int32(n - keepFrom)
-	meta.Compression = nil
-	meta.UncompressedSize = proto.Uint32(uint32(len(rest)))
-	newMeta, err := proto.MarshalOptions{AllowPartial: true}.Marshal(&meta)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
-	}
+	n, codec := meta.GetNumMessagesInBatch(), meta.GetCompression()
 	cmd := f.cmd
 	if len(msg.GetAckSet()) > 0 {
 		shifted := proto.CloneOf(msg)
 		shifted.AckSet = renumberBits(msg.GetAckSet(), int(n-keepFrom), func(i int) int { return i + int(keepFrom) })
-		var err error
 		if cmd, err = encodeOptions.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: shifted}); err != nil {
 			return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
 		}
 	}
-	return assembleMessage(cmd, brokerEntry, newMeta, rest), int64(keepFrom), nil
+	meta.NumMessagesInBatch = proto.Int32(n - keepFrom)
+	meta.UncompressedSize = proto.Uint32(uint32(len(rest)))
+	out, err := packBatch(cmd, brokerEntry, meta, rest, compressionNone)
+	if err == nil && len(out)-4 > maxFrame && codec != compressionNone {
+		out, err = packBatch(cmd, brokerEntry, meta, rest, codec)
+	}
+	if err == nil && len(out)-4 > maxFrame {
+		err = fmt.Errorf("the cut entry takes %d bytes, the client at most %d", len(out)-4, maxFrame)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", errCannotCut, err)
+	}
+	return out, int64(keepFrom), nil
+}
+
+// batchFrom opens the batch of a MESSAGE frame: its broker-entry section, its metadata and its
+// messages from keepFrom on, uncompressed.
+func batchFrom(f frame, keepFrom int32) (brokerEntry []byte, meta *pb.MessageMetadata, rest []byte, err error) {
+	brokerEntry, rawMeta, body, err := splitPayload(f.payload)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if hasField(rawMeta, fieldMetadataEncryptionKeys) {
+		return nil, nil, nil, errors.New("encrypted")
+	}
+	meta = &pb.MessageMetadata{}
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(rawMeta, meta); err != nil {
+		return nil, nil, nil, err
+	}
+	n := meta.GetNumMessagesInBatch()
+	if meta.NumMessagesInBatch == nil || keepFrom <= 0 || keepFrom >= n {
+		return nil, nil, nil, fmt.Errorf("message %d of a batch of %d", keepFrom, n)
+	}
+	// Allocation follows what the entry holds, not what its metadata claims.
+	codec, size := meta.GetCompression(), int64(meta.GetUncompressedSize())
+	if size > maxCutBatch || (codec != compressionNone && size > maxExpansion(codec)*int64(len(body))) {
+		return nil, nil, nil, fmt.Errorf("%d bytes uncompressed announced for %d compressed", size, len(body))
+	}
+	batch, err := decompress(codec, body, int(size))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rest, err = messagesFrom(batch, int(n), int(keepFrom))
+	return brokerEntry, meta, rest, err
+}
+
+// packBatch frames a MESSAGE of batch, compressed with codec, and its metadata.
+func packBatch(cmd, brokerEntry []byte, meta *pb.MessageMetadata, batch []byte, codec int32) ([]byte, error) {
+	body, err := compress(codec, batch)
+	if err != nil {
+		return nil, err
+	}
+	meta.Compression = nil
+	if codec != compressionNone {
+		meta.Compression = proto.Int32(codec)
+	}
+	rawMeta, err := proto.MarshalOptions{AllowPartial: true}.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	return assembleMessage(cmd, brokerEntry, rawMeta, body), nil
 }
 
 // translateAck renumbers, in an ACK of the cut entry, the batch indexes the client gives
@@ -296,6 +326,37 @@ func decompress(codec int32, body []byte, size int) ([]byte, error) {
 			return nil, fmt.Errorf("snappy: %d bytes decoded, %d announced (%v)", n, size, err)
 		}
 		return snappy.Decode(nil, body)
+	}
+	return nil, fmt.Errorf("unknown compression %d", codec)
+}
+
+// compress packs a batch payload with codec, in the format the clients read: raw LZ4 and
+// Snappy blocks, zlib, zstd frames.
+func compress(codec int32, batch []byte) ([]byte, error) {
+	switch codec {
+	case compressionNone:
+		return batch, nil
+	case compressionLZ4:
+		out := make([]byte, lz4.CompressBlockBound(len(batch)))
+		n, err := lz4.CompressBlock(batch, out, nil)
+		return out[:n], err
+	case compressionZLIB:
+		var b bytes.Buffer
+		w := zlib.NewWriter(&b)
+		if _, err := w.Write(batch); err != nil {
+			return nil, err
+		}
+		err := w.Close()
+		return b.Bytes(), err
+	case compressionZSTD:
+		e, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		return e.EncodeAll(batch, nil), nil
+	case compressionSnappy:
+		return snappy.Encode(nil, batch), nil
 	}
 	return nil, fmt.Errorf("unknown compression %d", codec)
 }

@@ -2,21 +2,19 @@ package sidecar
 
 import (
 	"bytes"
-	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 
-	"github.com/klauspost/compress/snappy"
-	"github.com/klauspost/compress/zstd"
-	"github.com/pierrec/lz4/v4"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -29,9 +27,19 @@ import (
 // the CommandMessage's (nil: none).
 func batchFrame(t *testing.T, n int, codec int32, ackSet []int64, extraMeta []byte) frame {
 	t.Helper()
-	batch := batchOf(t, n)
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf("m-%d", i)
+	}
+	return batchFrameOf(t, bodies, codec, ackSet, extraMeta)
+}
+
+// batchFrameOf is batchFrame with the messages' bodies given.
+func batchFrameOf(t *testing.T, bodies []string, codec int32, ackSet []int64, extraMeta []byte) frame {
+	t.Helper()
+	batch := batchOf(t, bodies)
 	meta := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1),
-		NumMessagesInBatch: proto.Int32(int32(n)), UncompressedSize: proto.Uint32(uint32(len(batch)))}
+		NumMessagesInBatch: proto.Int32(int32(len(bodies))), UncompressedSize: proto.Uint32(uint32(len(batch)))}
 	if codec != compressionNone {
 		meta.Compression = proto.Int32(codec)
 	}
@@ -39,15 +47,14 @@ func batchFrame(t *testing.T, n int, codec int32, ackSet []int64, extraMeta []by
 	if err != nil {
 		t.Fatal(err)
 	}
-	return entryFrame(t, append(rawMeta, extraMeta...), compress(t, codec, batch), ackSet)
+	return entryFrame(t, append(rawMeta, extraMeta...), mustCompress(t, codec, batch), ackSet)
 }
 
-// batchOf is an uncompressed batch of "m-0".."m-<n-1>".
-func batchOf(t *testing.T, n int) []byte {
+// batchOf is an uncompressed batch of messages with these bodies.
+func batchOf(t *testing.T, bodies []string) []byte {
 	t.Helper()
 	var batch []byte
-	for i := range n {
-		body := fmt.Appendf(nil, "m-%d", i)
+	for _, body := range bodies {
 		single, err := proto.Marshal(&pb.SingleMessageMetadata{PayloadSize: proto.Int32(int32(len(body)))})
 		if err != nil {
 			t.Fatal(err)
@@ -74,30 +81,13 @@ func entryFrame(t *testing.T, meta, body []byte, ackSet []int64) frame {
 	return f
 }
 
-func compress(t *testing.T, codec int32, src []byte) []byte {
+func mustCompress(t *testing.T, codec int32, src []byte) []byte {
 	t.Helper()
-	switch codec {
-	case compressionLZ4:
-		dst := make([]byte, lz4.CompressBlockBound(len(src)))
-		n, err := lz4.CompressBlock(src, dst, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dst[:n]
-	case compressionZLIB:
-		var b bytes.Buffer
-		w := zlib.NewWriter(&b)
-		_, _ = w.Write(src)
-		_ = w.Close()
-		return b.Bytes()
-	case compressionZSTD:
-		e, _ := zstd.NewWriter(nil)
-		defer e.Close()
-		return e.EncodeAll(src, nil)
-	case compressionSnappy:
-		return snappy.Encode(nil, src)
+	out, err := compress(codec, src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return src
+	return out
 }
 
 // readBatch checks a MESSAGE frame's checksum and returns its batch's message bodies, the
@@ -163,7 +153,7 @@ func TestCutBatch(t *testing.T) {
 			if len(inBodies) != 10 {
 				t.Fatalf("the frame built holds %d messages", len(inBodies))
 			}
-			out, removed, err := cutBatch(in, inMsg, 5)
+			out, removed, err := cutBatch(in, inMsg, 5, DefaultMaxFrameSize)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +209,7 @@ func TestCutBatchRefuses(t *testing.T) {
 		"the first message": {batchFrame(t, 10, compressionNone, nil, nil), 0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := cutBatch(tc.f, &pb.CommandMessage{}, tc.keepFrom); !errors.Is(err, errCannotCut) {
+			if _, _, err := cutBatch(tc.f, &pb.CommandMessage{}, tc.keepFrom, DefaultMaxFrameSize); !errors.Is(err, errCannotCut) {
 				t.Errorf("cutBatch: %v, want errCannotCut", err)
 			}
 		})
@@ -337,4 +327,97 @@ func allocated(fn func()) uint64 {
 	fn()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A cut entry that would outgrow, uncompressed, the frames its client takes is compressed again
+// with its codec; one that does not fit even so is left whole.
+func TestCutFitsTheClientsFrames(t *testing.T) {
+	const maxFrame = 64 << 10
+	text, noise := textBodies(200), make([]string, 200)
+	random := rand.New(rand.NewPCG(1, 2))
+	for i := range noise {
+		b := make([]byte, 1000)
+		for j := range b {
+			b[j] = byte(random.Uint32())
+		}
+		noise[i] = string(b)
+	}
+	for name, codec := range map[string]int32{"lz4": compressionLZ4, "zlib": compressionZLIB, "zstd": compressionZSTD, "snappy": compressionSnappy} {
+		t.Run(name, func(t *testing.T) {
+			in := batchFrameOf(t, text, codec, nil, nil)
+			_, _, msg := readBatch(t, in.raw)
+			out, removed, err := cutBatch(in, msg, 5, maxFrame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out)-4 > maxFrame {
+				t.Errorf("the cut frame takes %d bytes, the client at most %d", len(out)-4, maxFrame)
+			}
+			bodies, _, _ := readBatch(t, out)
+			if removed != 5 || !slices.Equal(bodies, text[5:]) {
+				t.Errorf("removed %d, kept %d messages; want 5 removed and the 195 from the target on", removed, len(bodies))
+			}
+			_, rawMeta, _, err := splitPayload(mustFrame(t, out).payload)
+			var meta pb.MessageMetadata
+			if err == nil {
+				err = proto.Unmarshal(rawMeta, &meta)
+			}
+			if err != nil || meta.GetCompression() != codec {
+				t.Errorf("the cut entry is compressed with %d (%v), want %d as the entry was", meta.GetCompression(), err, codec)
+			}
+
+			in = batchFrameOf(t, noise, codec, nil, nil)
+			if _, _, err := cutBatch(in, msg, 5, maxFrame); !errors.Is(err, errCannotCut) {
+				t.Errorf("an entry that does not fit the client's frames once cut: %v, want errCannotCut", err)
+			}
+		})
+	}
+}
+
+// textBodies are n message bodies of a kilobyte that compress well.
+func textBodies(n int) []string {
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = fmt.Sprintf("m-%d ", i) + strings.Repeat("the body of a message ", 50)
+	}
+	return bodies
+}
+
+// The frames a client takes are what its broker told it in CONNECTED (max_message_size, plus
+// padding): a cut entry that would outgrow them uncompressed reaches it compressed.
+func TestCutEntryFitsWhatTheBrokerToldTheClient(t *testing.T) {
+	const maxMessageSize = 64 << 10
+	fb := startFakeBroker(t)
+	s, url := startSidecar(t, Options{BrokerURL: "pulsar://" + fb.ln.Addr().String()})
+	c := dialRaw(t, url, false)
+	c.send(connectFrame())
+	broker := <-fb.conn
+	fromBroker := func(frame []byte) {
+		if _, err := broker.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromBroker(encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(),
+		Connected: &pb.CommandConnected{ServerVersion: proto.String("fake"), MaxMessageSize: proto.Int32(maxMessageSize)}}))
+	c.await(pb.BaseCommand_CONNECTED)
+	subscribe := subscribeFrame("persistent://public/default/t", "raw", 1)
+	c.send(subscribe)
+	eventually(t, "the SUBSCRIBE to reach the broker", func() bool { return bytes.HasSuffix(fb.received(), subscribe) })
+	fromBroker(successCommand(1))
+	c.await(pb.BaseCommand_SUCCESS)
+	cons := consumerNamed(t, s, "s", "raw")
+	if err := cons.FilterSeekTargets([]protocol.SeekPosition{{Partition: -1, MessageID: "3:7:-1:5"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.send(flowCommand(1, 1000))
+
+	text := textBodies(200)
+	fromBroker(batchFrameOf(t, text, compressionLZ4, nil, nil).raw)
+	_, f := c.await(pb.BaseCommand_MESSAGE)
+	if size := len(f.raw) - 4; size > maxMessageSize+framePadding {
+		t.Errorf("the cut entry came in a frame of %d bytes; the client takes at most %d", size, maxMessageSize+framePadding)
+	}
+	if bodies, _, _ := readBatch(t, f.raw); !slices.Equal(bodies, text[5:]) {
+		t.Errorf("the client got %d messages, want the 195 from the target on", len(bodies))
+	}
 }
