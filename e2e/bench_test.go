@@ -22,9 +22,6 @@ const minRounds = 30
 // pod's IP, with the namespace's token); a consumer's latency is its own state-change time
 // minus the patch's start (one clock: the pods run on this machine). "all" is the last pod's.
 func BenchmarkPatchToEveryPodPaused(b *testing.B) {
-	if w == nil {
-		b.Skip("make e2e-bench runs it on a real cluster")
-	}
 	const ns, app, sub, pods = "bench-patch", "orders-worker", "orders-ingest", 10
 	topic := "persistent://public/default/" + ns
 	namespace(b, ns)

@@ -45,7 +45,7 @@ var w *world
 func TestMain(m *testing.M) {
 	if os.Getenv("SUBFLOW_E2E") != "1" {
 		fmt.Println("e2e: skipped (make e2e runs these tests on a real cluster; it needs root)")
-		os.Exit(m.Run())
+		os.Exit(0)
 	}
 	os.Exit(runSuite(m))
 }
