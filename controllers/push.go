@@ -24,11 +24,12 @@ import (
 // requeues the flow when it ends; the next reconcile reports its outcome instead of pushing
 // that pod again, if the request is still the same. A pod whose answer to the same request
 // showed it done is not pushed to again within the resync period (a retry because of other
-// pods re-pushes only those). A pod whose agent does not work is not pushed to until its
+// pods re-pushes only those), nor within fresh: the resync period, or less when the flow's
+// consumer counts are refreshed (answersFresh). A pod whose agent does not work is not pushed to until its
 // backoff step has passed (podbackoff.go): it is reported with its last error, and heldUntil
 // is the earliest time such a pod may be pushed again (zero if none is held).
 func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.NamespacedName, pods []*corev1.Pod,
-	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest) (_ []podOutcome, heldUntil time.Time) {
+	target func(*corev1.Pod) AgentTarget, request func(pod string) protocol.FlowRequest, fresh time.Duration) (_ []podOutcome, heldUntil time.Time) {
 	outcomes := make([]podOutcome, len(pods))
 	jobs := make(chan pushJob, len(pods))
 	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
@@ -44,7 +45,7 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		matched[t.Pod] = true
 		key, req := pushKey{flow: flow, pod: t.Pod}, request(t.Pod)
 		subject := subjectOf(pods[i], t, req)
-		if o, ok := r.pushes.take(key, subject, now, r.resync()); ok {
+		if o, ok := r.pushes.take(key, subject, now, fresh); ok {
 			outcomes[i] = o
 			continue
 		}

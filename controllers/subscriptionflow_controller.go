@@ -246,11 +246,11 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		req.ReportBacklog = pod == obs.Reporter
 		return req
 	}
-	key := flowKey(flow)
-	obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request)
+	key, fresh := flowKey(flow), r.answersFresh(obs.Effective.State, len(pods))
+	obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request, fresh)
 	if newest := newestStale(obs.Outcomes); newest >= obs.Revision {
 		obs.Revision = newest + 1
-		obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request)
+		obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request, fresh)
 	}
 	for i := range obs.Outcomes {
 		if obs.Outcomes[i].Status == nil {
@@ -442,6 +442,9 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 	}
 	if !obs.HeldUntil.IsZero() {
 		after = min(after, max(time.Until(obs.HeldUntil), time.Millisecond)) // the pushes' clock: wall time
+	}
+	if refreshing(flow) {
+		after = min(after, refreshPeriod(len(obs.Outcomes)))
 	}
 	if seekRunning(obs) {
 		after = min(after, seekPoll)
