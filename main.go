@@ -55,6 +55,9 @@ func main() {
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	flag.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so that only one replica reconciles at a time "+
 		"(default true when running in a cluster).")
+	var leaseNamespace string
+	flag.StringVar(&leaseNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; empty means the "+
+		"controller's own, which only a controller running in a cluster knows (set it to elect outside one, e.g. make run).")
 	var enableWebhooks bool
 	var webhookPort int
 	var webhookService string
@@ -131,18 +134,16 @@ func main() {
 		}
 		webhookServer = webhook.NewServer(hooks.ServerOptions(webhook.Options{Port: webhookPort}))
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), withElection(ctrl.Options{
 		WebhookServer:          webhookServer,
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "subflow-controller.subflow.dev",
 		// Token Secrets are read one by one: caching would need list/watch on every Secret.
 		Client: controllers.ClientOptions(),
 		Cache:  controllers.CacheOptions(),
-	})
+	}, leaderElect, leaseNamespace))
 	if err != nil {
 		setupLog.Error(err, "Unable to create manager")
 		os.Exit(1)
@@ -180,4 +181,14 @@ func main() {
 		setupLog.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// withElection sets who reconciles: with elect, one replica at a time, the holder of a lease
+// in namespace; an empty namespace is the controller's own, which controller-runtime reads
+// from the service account and so knows only in a cluster.
+func withElection(opts ctrl.Options, elect bool, namespace string) ctrl.Options {
+	opts.LeaderElection = elect
+	opts.LeaderElectionID = "subflow-controller.subflow.dev"
+	opts.LeaderElectionNamespace = namespace
+	return opts
 }
