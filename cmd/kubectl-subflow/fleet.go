@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -90,7 +91,7 @@ func (t *targets) list(ctx context.Context, c client.Client, namespace string) (
 // patchAnnotations changes only the given annotations of every flow, in one JSON merge patch
 // each, so that nothing else on an object can be overwritten by a stale copy. Several flows are
 // first patched as a server-side dry run, so that a refusal (RBAC, admission) of any of them
-// changes none; done names each flow as it is changed.
+// changes none; done names each flow as it is changed, and the error every flow that refused.
 func patchAnnotations(ctx context.Context, c client.Client, flows []types.NamespacedName, annotations map[string]any,
 	done func(types.NamespacedName)) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
@@ -110,27 +111,40 @@ func patchAnnotations(ctx context.Context, c client.Client, flows []types.Namesp
 		return nil
 	}
 	dryRun := eachFlow(flows, func(key types.NamespacedName) error { return patch(key, client.DryRunAll) })
-	for i, err := range dryRun {
-		if err != nil {
-			key := flows[i]
-			return fmt.Errorf("%s/%s refuses the change, so none of the %d flows was changed: %v", key.Namespace, key.Name, len(flows), err)
-		}
+	if refused := refusals(flows, dryRun); len(refused) > 0 {
+		return fmt.Errorf("none of the %d flows was changed: %d %s the change:\n%s", len(flows), len(refused),
+			plural(len(refused), "refuses", "refuse"), strings.Join(refused, "\n"))
 	}
 	errs := eachFlow(flows, func(key types.NamespacedName) error { return patch(key) })
-	failed, changed := -1, 0
 	for i, err := range errs {
 		if err == nil {
-			changed++
 			done(flows[i])
-		} else if failed < 0 {
-			failed = i
 		}
 	}
-	if failed >= 0 {
-		key := flows[failed]
-		return fmt.Errorf("%s/%s refused the change; %d of the %d flows were changed: %v", key.Namespace, key.Name, changed, len(flows), errs[failed])
+	if refused := refusals(flows, errs); len(refused) > 0 {
+		return fmt.Errorf("%d of the %d flows were changed; %d refused the change:\n%s", len(flows)-len(refused), len(flows),
+			len(refused), strings.Join(refused, "\n"))
 	}
 	return nil
+}
+
+// refusals names every flow whose change failed, with why, one to a line: an operator
+// switching a fleet must see all the flows left behind, not only the first.
+func refusals(flows []types.NamespacedName, errs []error) []string {
+	var refused []string
+	for i, err := range errs {
+		if err != nil {
+			refused = append(refused, fmt.Sprintf("  %s/%s: %v", flows[i].Namespace, flows[i].Name, err))
+		}
+	}
+	return refused
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // fleetParallelism bounds the requests a fleet command has in flight: a hundred flows are

@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testkit"
@@ -139,9 +145,50 @@ func TestFleetSwitchRBACRefusalChangesNone(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "forbidden") || !strings.Contains(r.stderr, "none of the 3 flows was changed") || r.stdout != "" {
 		t.Fatalf("pause -A without rights in %s: %s", b, r)
 	}
-	for _, f := range [][2]string{{a, "orders"}, {a, "billing"}, {b, "orders"}} {
+	// Every flow that refuses is named, not only the first.
+	r = asViewer("pause", "-l", "fleet="+prefix, "-A")
+	if r.code != 1 || !strings.Contains(r.stderr, "none of the 4 flows was changed: 2 refuse the change:") ||
+		!strings.Contains(r.stderr, "\n  "+b+"/orders: ") || !strings.Contains(r.stderr, "\n  "+b+"/users: ") ||
+		strings.Contains(r.stderr, a+"/") || r.stdout != "" {
+		t.Fatalf("pause -A with two flows refusing: %s", r)
+	}
+	for _, f := range [][2]string{{a, "orders"}, {a, "billing"}, {b, "orders"}, {b, "users"}} {
 		if got := overrideOf(t, f[0], f[1]); got != "" {
 			t.Errorf("%s/%s got override %q from a refused fleet switch", f[0], f[1], got)
 		}
+	}
+}
+
+// Flows that pass the dry run but refuse the change itself (an admission policy changed in
+// between, a flow deleted): the others are changed and named, and every one that refused is
+// named with why.
+func TestFleetSwitchNamesEveryFlowThatRefused(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = subflowv1.AddToScheme(scheme)
+	var objs []client.Object
+	var keys []types.NamespacedName
+	for _, name := range []string{"a", "b", "c", "d"} {
+		objs = append(objs, &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}})
+		keys = append(keys, types.NamespacedName{Namespace: "ns", Name: name})
+	}
+	refusing := map[string]bool{"b": true, "d": true}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if len((&client.PatchOptions{}).ApplyOptions(opts).DryRun) == 0 && refusing[obj.GetName()] {
+				return fmt.Errorf("admission webhook denied the request: %s is frozen", obj.GetName())
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	var changed []string
+	err := patchAnnotations(context.Background(), c, keys, map[string]any{subflowv1.OverrideStateAnnotation: "Paused"},
+		func(key types.NamespacedName) { changed = append(changed, key.Name) })
+	want := "2 of the 4 flows were changed; 2 refused the change:\n  ns/b: admission webhook denied the request: b is frozen\n" +
+		"  ns/d: admission webhook denied the request: d is frozen"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+	if sort.Strings(changed); strings.Join(changed, ",") != "a,c" {
+		t.Fatalf("named as changed: %v, want a and c", changed)
 	}
 }
