@@ -1,17 +1,17 @@
-// Command images builds subflow's container images without a Docker daemon: each is one layer
-// holding a static Go binary (and an empty /tmp), run as user 65532, written as an archive that
-// `ctr images import` (or `docker load`) reads. The release and the end-to-end suite use this one
-// build path (make images).
+// Command images builds subflow's container images without a Docker daemon: each is one layer,
+// run as user 65532, written as an archive that `ctr images import` (or `docker load`) reads.
+// The release and the end-to-end suite use this one build path (make images).
 //
 //	go run ./hack/images -registry subflow.local -tag 0.1.0 -arch amd64 -out dist/images [component...]
 //
-// Components: controller, sidecar, example-consumer, and for the end-to-end cluster only, pause
-// (the pod sandbox image). Without components it builds the first three.
+// Components: controller, sidecar, example-consumer, each a static Go binary; without
+// components it builds these three. For the end-to-end cluster only, and only when named: pause
+// (the pod sandbox image), gopeer, java-peer and python-peer (the consumer applications of
+// hack/clients, which the Java and Python ones run on a runtime assembled from this machine:
+// see peers.go).
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -28,21 +28,36 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// component is one image: the Go package whose binary it runs and the image's name.
+// A component is one image: its name and how to assemble its file system.
 type component struct {
-	pkg   string
 	image string
-	// args are the image's default arguments (Cmd); pod args replace them.
-	args []string
+	// root assembles the file system for arch; scratch is a directory for files it makes,
+	// removed after the build.
+	root func(ctx context.Context, arch, scratch string) (rootFS, error)
+}
+
+// rootFS is an image's file system and how it runs.
+type rootFS struct {
+	files map[string]string // path in the image -> file or directory on this machine (see newTree)
+	skip  func(src string) bool
+	// entrypoint is the command; pod args follow it (the images have no Cmd).
+	entrypoint []string
+	env        []string
+	// loads are native libraries the runtime loads from inside other files (a jar's), extracted
+	// on this machine: the image needs the shared libraries they load.
+	loads []string
 }
 
 // components names every image this project builds; the Makefile, kustomize and the chart use
 // the same names.
 var components = map[string]component{
-	"controller":       {pkg: ".", image: "subflow-controller"},
-	"sidecar":          {pkg: "./cmd/subflow-sidecar", image: "subflow-sidecar"},
-	"example-consumer": {pkg: "./examples/consumer", image: "subflow-example-consumer"},
-	"pause":            {pkg: "./hack/e2e/pause", image: "subflow-e2e-pause"},
+	"controller":       goBinary(".", "subflow-controller"),
+	"sidecar":          goBinary("./cmd/subflow-sidecar", "subflow-sidecar"),
+	"example-consumer": goBinary("./examples/consumer", "subflow-example-consumer"),
+	"pause":            goBinary("./hack/e2e/pause", "subflow-e2e-pause"),
+	"gopeer":           goBinary("./hack/clients/gopeer", "subflow-e2e-gopeer"),
+	"java-peer":        {image: "subflow-e2e-java-peer", root: javaPeer},
+	"python-peer":      {image: "subflow-e2e-python-peer", root: pythonPeer},
 }
 
 var defaultComponents = []string{"controller", "sidecar", "example-consumer"}
@@ -84,27 +99,38 @@ func run(ctx context.Context, registry, tag, arch, out string, names []string) e
 		if err := buildArchive(ctx, c, arch, ref, path); err != nil {
 			return fmt.Errorf("%s: %w", n, err)
 		}
-		fmt.Fprintf(os.Stderr, "images: %s -> %s (%s, %.1fs)\n", ref.Name(), path, arch, time.Since(start).Seconds())
+		info, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "images: %s -> %s (%s, %.1f MB, %.1fs)\n",
+			ref.String(), path, arch, float64(info.Size())/1e6, time.Since(start).Seconds())
 	}
 	return nil
 }
 
 // imageRef parses the image's full name. A bare name stays bare in the archive, so the runtime
-// that imports it applies its own default registry, as it does for the pods that name it.
+// that imports it applies its own default registry, as it does for the pods that name it (strict
+// validation, which refuses a name without a registry, is for names with one).
 func imageRef(registry, image, tag string) (name.Tag, error) {
 	full := image + ":" + tag
-	if registry != "" {
-		full = registry + "/" + full
+	if registry == "" {
+		return name.NewTag(full)
 	}
-	return name.NewTag(full, name.StrictValidation)
+	return name.NewTag(registry+"/"+full, name.StrictValidation)
 }
 
 func buildArchive(ctx context.Context, c component, arch string, ref name.Tag, path string) error {
-	bin, err := goBuild(ctx, c.pkg, arch)
+	scratch, err := os.MkdirTemp("", "subflow-image-")
 	if err != nil {
 		return err
 	}
-	img, err := image(bin, "/"+filepath.Base(c.image), c.args, arch)
+	defer os.RemoveAll(scratch)
+	root, err := c.root(ctx, arch, scratch)
+	if err != nil {
+		return err
+	}
+	img, err := image(ctx, root, arch, filepath.Join(scratch, "layer.tar"))
 	if err != nil {
 		return err
 	}
@@ -115,32 +141,21 @@ func buildArchive(ctx context.Context, c component, arch string, ref name.Tag, p
 	return os.Rename(tmp, path)
 }
 
-// goBuild builds a static binary for linux/arch and returns its bytes.
-func goBuild(ctx context.Context, pkg, arch string) ([]byte, error) {
-	dir, err := os.MkdirTemp("", "subflow-image-")
+// image is one layer, written to layerFile, with the config that runs it.
+func image(ctx context.Context, root rootFS, arch, layerFile string) (v1.Image, error) {
+	t, err := newTree(root.files, root.skip)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "bin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("go build %s: %w", pkg, err)
-	}
-	return os.ReadFile(bin)
-}
-
-// image is one layer (the binary at path, an empty sticky /tmp) with the config that runs it.
-func image(bin []byte, path string, args []string, arch string) (v1.Image, error) {
-	layerTar, err := layerFiles(bin, path)
-	if err != nil {
+	if err := t.addSharedLibs(ctx, root.loads); err != nil {
 		return nil, err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
+	if err := writeFile(layerFile, t.write); err != nil {
+		return nil, err
+	}
+	// Cached: the archive's manifest needs the compressed digest before the archive takes
+	// the compressed bytes, and compressing twice is most of a large image's build.
+	layer, err := tarball.LayerFromFile(layerFile, tarball.WithCompressedCaching)
 	if err != nil {
 		return nil, err
 	}
@@ -155,35 +170,35 @@ func image(bin []byte, path string, args []string, arch string) (v1.Image, error
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", arch
 	cfg.Config.User = nonRoot
-	cfg.Config.Entrypoint = []string{path}
-	cfg.Config.Cmd = args
+	cfg.Config.Entrypoint = root.entrypoint
+	cfg.Config.Env = root.env
 	cfg.Config.WorkingDir = "/"
 	return mutate.ConfigFile(img, cfg)
 }
 
-// layerFiles is the layer's tar: fixed times and owners, so the same binary gives the same
-// layer digest.
-func layerFiles(bin []byte, path string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0)
-	entries := []struct {
-		hdr  tar.Header
-		body []byte
-	}{
-		{tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: epoch}, nil},
-		{tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(bin)), ModTime: epoch}, bin},
+func writeFile(path string, write func(w io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
 	}
-	for _, e := range entries {
-		if err := tw.WriteHeader(&e.hdr); err != nil {
-			return nil, err
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// goBinary is the component whose image holds the static binary of the Go package pkg, at
+// /<image> and run as the entrypoint.
+func goBinary(pkg, image string) component {
+	return component{image: image, root: func(ctx context.Context, arch, scratch string) (rootFS, error) {
+		bin := filepath.Join(scratch, "bin")
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return rootFS{}, fmt.Errorf("go build %s: %w", pkg, err)
 		}
-		if _, err := tw.Write(e.body); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+		return rootFS{files: map[string]string{"/" + image: bin}, entrypoint: []string{"/" + image}}, nil
+	}}
 }
