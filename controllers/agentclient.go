@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
@@ -59,10 +61,35 @@ type AgentError struct {
 	Message string
 	// AppliedRevision is the agent's revision when it refused a stale one.
 	AppliedRevision int64
+	// ProtocolVersion is the agent's protocol version, when its answer said (0: it did not).
+	ProtocolVersion int
+	// MissingFeatures are, with AgentTooOld, the required features the agent lacks (at most
+	// protocol.MaxMissingFeatures, each clipped).
+	MissingFeatures []string
 }
 
 func (e *AgentError) Error() string {
 	return fmt.Sprintf("agent answered %d %s: %s", e.Status, e.Reason, e.Message)
+}
+
+// maxFeatureName bounds each missing feature an agent names.
+const maxFeatureName = 64
+
+// agentErrorFrom reads a non-2xx answer's body; whatever the agent sends, what it puts into
+// status stays bounded.
+func agentErrorFrom(status int, data []byte) *AgentError {
+	agentErr := &AgentError{Status: status}
+	var payload protocol.Error
+	if json.Unmarshal(data, &payload) != nil {
+		agentErr.Message = clip(string(data), maxAgentText)
+		return agentErr
+	}
+	agentErr.Reason, agentErr.Message, agentErr.AppliedRevision = clip(payload.Reason, 64), clip(payload.Message, maxAgentText), payload.AppliedRevision
+	agentErr.ProtocolVersion = max(payload.ProtocolVersion, 0)
+	for _, f := range payload.MissingFeatures[:min(len(payload.MissingFeatures), protocol.MaxMissingFeatures)] {
+		agentErr.MissingFeatures = append(agentErr.MissingFeatures, clip(f, maxFeatureName))
+	}
+	return agentErr
 }
 
 // IsUnauthorized reports whether the agent refused the token.
@@ -75,6 +102,20 @@ func IsUnauthorized(err error) bool {
 func IsStale(err error) bool {
 	var agentErr *AgentError
 	return errors.As(err, &agentErr) && agentErr.Status == http.StatusConflict && agentErr.Reason == protocol.ReasonStaleRevision
+}
+
+// IsAgentTooOld reports whether the agent refused a request that requires features it lacks
+// (it changed nothing).
+func IsAgentTooOld(err error) bool {
+	var agentErr *AgentError
+	return errors.As(err, &agentErr) && agentErr.Status == http.StatusUnprocessableEntity && agentErr.Reason == protocol.ReasonAgentTooOld
+}
+
+// IsTooManyFlows reports whether the agent holds as many flow rules as it may and refused a
+// new one (it changed nothing).
+func IsTooManyFlows(err error) bool {
+	var agentErr *AgentError
+	return errors.As(err, &agentErr) && agentErr.Status == http.StatusConflict && agentErr.Reason == protocol.ReasonTooManyFlows
 }
 
 // HTTPAgentClient speaks the agent protocol over HTTP with a per-call timeout.
@@ -133,15 +174,22 @@ func (c *HTTPAgentClient) PutFlow(ctx context.Context, target AgentTarget, req p
 		return protocol.FlowStatus{}, err
 	}
 	var status protocol.FlowStatus
-	err = c.do(ctx, http.MethodPut, target, target.flowURL(), body, &status)
+	err = c.do(ctx, http.MethodPut, target, target.flowURL(), body, requiredFeatures(req), &status)
 	return status, err
 }
+
+// requiredFeatures names the features (protocol.Features) that req relies on: those an agent
+// that ignored them would act on otherwise than asked, so that such an agent refuses the
+// request (422 AgentTooOld) instead of applying half of it. None today: every field this
+// controller sends is known to every agent within the skew (docs/design.md 4.17). A request
+// field added later whose absence would mislead an older agent is named here.
+func requiredFeatures(protocol.FlowRequest) []string { return nil }
 
 // DeleteFlow releases the flow's rule in the agent. An agent that does not hold it answers 404,
 // or 409 UIDMismatch when it holds a newer flow's rule under the same name: either way this
 // flow's rule is gone, which is what was asked.
 func (c *HTTPAgentClient) DeleteFlow(ctx context.Context, target AgentTarget, uid string) error {
-	err := c.do(ctx, http.MethodDelete, target, target.flowURL()+"?uid="+url.QueryEscape(uid), nil, nil)
+	err := c.do(ctx, http.MethodDelete, target, target.flowURL()+"?uid="+url.QueryEscape(uid), nil, nil, nil)
 	var agentErr *AgentError
 	if errors.As(err, &agentErr) && (agentErr.Status == http.StatusNotFound ||
 		(agentErr.Status == http.StatusConflict && agentErr.Reason == protocol.ReasonUIDMismatch)) {
@@ -150,19 +198,33 @@ func (c *HTTPAgentClient) DeleteFlow(ctx context.Context, target AgentTarget, ui
 	return err
 }
 
-func (c *HTTPAgentClient) do(ctx context.Context, method string, target AgentTarget, url string, body []byte, into any) error {
+// newAgentRequest builds a call to an agent: the token, this controller's protocol version,
+// and the features the request requires, if any (protocol.RequiresHeader).
+func newAgentRequest(ctx context.Context, method string, target AgentTarget, url string, body []byte, requires []string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Close = target.Unpooled
+	req.Header.Set("Authorization", "Bearer "+target.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(protocol.VersionHeader, strconv.Itoa(protocol.Version))
+	if len(requires) > 0 {
+		req.Header.Set(protocol.RequiresHeader, strings.Join(requires, ","))
+	}
+	return req, nil
+}
+
+func (c *HTTPAgentClient) do(ctx context.Context, method string, target AgentTarget, url string, body []byte, requires []string, into any) error {
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	req, err := newAgentRequest(ctx, method, target, url, body, requires)
 	if err != nil {
 		return err
 	}
-	req.Close = target.Unpooled
-	req.Header.Set("Authorization", "Bearer "+target.Token)
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return err
@@ -173,15 +235,7 @@ func (c *HTTPAgentClient) do(ctx context.Context, method string, target AgentTar
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		agentErr := &AgentError{Status: resp.StatusCode}
-		var payload protocol.Error
-		// An agent's error text ends up in status: keep it bounded whatever the agent sends.
-		if json.Unmarshal(data, &payload) == nil {
-			agentErr.Reason, agentErr.Message, agentErr.AppliedRevision = clip(payload.Reason, 64), clip(payload.Message, maxAgentText), payload.AppliedRevision
-		} else {
-			agentErr.Message = clip(string(data), maxAgentText)
-		}
-		return agentErr
+		return agentErrorFrom(resp.StatusCode, data)
 	}
 	if into == nil {
 		return nil
