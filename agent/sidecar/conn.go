@@ -249,11 +249,13 @@ func (c *conn) pumpClient(fr frameReader, first frame, release func()) error {
 // connections with PINGs), then gives the frame FrameTimeout to arrive whole, so that a client
 // that begins a frame and stalls gives back what it took.
 func (c *conn) readClientFrame(fr frameReader) (frame, func(), error) {
-	if wholeFrameBuffered(fr.r) {
-		return fr.read(time.Time{})
+	if !wholeFrameBuffered(fr.r) {
+		if _, err := fr.r.Peek(1); err != nil {
+			return frame{}, nil, err
+		}
 	}
-	if _, err := fr.r.Peek(1); err != nil {
-		return frame{}, nil, err
+	if wholeFrameBuffered(fr.r) { // usually, once a small frame has begun
+		return fr.read(time.Time{})
 	}
 	deadline := time.Now().Add(c.s.opts.FrameTimeout)
 	_ = c.client.SetReadDeadline(deadline)
