@@ -249,6 +249,12 @@ func (b *pushBook) forgetPod(uid types.UID) {
 // backlog to read, no other rule holding the consumers, no token rotation under way. Any other
 // answer (no consumer yet, consumers converging) is pushed again on every retry, as before.
 func settledAnswer(req protocol.FlowRequest, o podOutcome) bool {
+	if refusal(o.Err) != "" && !o.PreviousToken {
+		// A working agent's refusal answers this request: pushing it again gets the same answer
+		// until the agent changes (a restart, a new pod: another subject) or, for TooManyFlows,
+		// a release elsewhere makes room, which the refresh or the resync finds.
+		return true
+	}
 	st := o.Status
 	if o.Err != nil || st == nil || o.PreviousToken || req.ReportBacklog || st.AppliedRevision != req.Revision ||
 		len(st.Consumers) == 0 || len(st.HeldBy) > 0 || st.Conflict != "" {

@@ -122,6 +122,11 @@ func TestSettledAnswer(t *testing.T) {
 			return o
 		}(), false},
 		"conflict present": {paused, func() podOutcome { o := answer(paused, protocol.Paused); o.Status.Conflict = "x"; return o }(), false},
+		"agent too old":    {paused, podOutcome{Err: &AgentError{Status: 422, Reason: protocol.ReasonAgentTooOld}}, true},
+		"too many flows":   {paused, podOutcome{Err: &AgentError{Status: 409, Reason: protocol.ReasonTooManyFlows}}, true},
+		"other refusal":    {paused, podOutcome{Err: &AgentError{Status: 409, Reason: protocol.ReasonStaleUID}}, false},
+		"too old, previous token": {paused, podOutcome{Err: &AgentError{Status: 422, Reason: protocol.ReasonAgentTooOld},
+			PreviousToken: true}, false},
 	} {
 		if got := settledAnswer(c.req, c.outcome); got != c.want {
 			t.Errorf("%s: settled = %v, want %v", name, got, c.want)

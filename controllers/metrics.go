@@ -15,7 +15,7 @@ var (
 	}, []string{"namespace", "name", "state", "source"})
 	flowAgents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "subflow_flow_agents",
-		Help: "Agents of the flow's matched pods by observed state (Running, Paused, Stopped, Mixed, Unreachable, NoConsumers).",
+		Help: "Agents of the flow's matched pods by observed state (Running, Paused, Stopped, Mixed, Unreachable, NoConsumers, AgentTooOld, TooManyFlows).",
 	}, []string{"namespace", "name", "state"})
 	pushDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "subflow_agent_push_duration_seconds",
@@ -28,7 +28,7 @@ var (
 	}, []string{"namespace", "name"})
 	pushErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subflow_agent_push_errors_total",
-		Help: "Failed pushes to agents by reason (Unreachable, Unauthorized, StaleRevision, Rejected).",
+		Help: "Failed pushes to agents by reason (Unreachable, Unauthorized, StaleRevision, AgentTooOld, TooManyFlows, Rejected).",
 	}, []string{"reason"})
 )
 
@@ -36,7 +36,7 @@ func init() {
 	metrics.Registry.MustRegister(flowPaused, flowAgents, flowBacklogAtRisk, pushDuration, pushErrors)
 }
 
-var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers"}
+var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers", "AgentTooOld", "TooManyFlows"}
 
 // pausedSeries remembers each flow's current paused series so that a state change replaces it
 // without scanning every flow's series.

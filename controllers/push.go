@@ -173,6 +173,10 @@ func pushErrorReason(err error) string {
 		return "Unauthorized"
 	case IsStale(err):
 		return "StaleRevision"
+	case IsAgentTooOld(err):
+		return "AgentTooOld"
+	case IsTooManyFlows(err):
+		return "TooManyFlows"
 	case errors.As(err, &agentErr):
 		return "Rejected"
 	default:

@@ -253,7 +253,7 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 		obs.Outcomes, obs.HeldUntil = r.pushAll(ctx, key, pods, target, request, fresh)
 	}
 	for i := range obs.Outcomes {
-		if obs.Outcomes[i].Status == nil {
+		if unanswered(obs.Outcomes[i]) {
 			obs.Outcomes[i].Wiring = wiringProblems(pods[i], flow, obs.Outcomes[i].Err)
 		}
 	}
@@ -564,7 +564,7 @@ func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.Subscriptio
 		switch ready.Reason {
 		case subflowv1.ReasonAgentsUnreachable:
 			r.event(flow, corev1.EventTypeWarning, "AgentUnreachable", "%s", ready.Message)
-		case subflowv1.ReasonAgentAuthFailed:
+		case subflowv1.ReasonAgentAuthFailed, subflowv1.ReasonAgentTooOld, subflowv1.ReasonTooManyFlows:
 			r.event(flow, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
 		}
 	}

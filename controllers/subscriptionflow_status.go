@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -103,14 +105,75 @@ func (r *backlogRisk) stallNote() string {
 func (obs observation) agentStates() map[string]int {
 	counts := map[string]int{}
 	for _, o := range obs.Outcomes {
-		if o.Status == nil {
-			counts["Unreachable"]++
-		} else {
-			counts[commonState(o.Status.Consumers)]++
-		}
+		counts[outcomeState(o)]++
 	}
 	return counts
 }
+
+// outcomeState is a pod's state in status.agents: its consumers' common state, the reason
+// with which its agent refused the revision, or Unreachable.
+func outcomeState(o podOutcome) string {
+	switch reason := refusal(o.Err); {
+	case o.Status != nil:
+		return commonState(o.Status.Consumers)
+	case reason != "":
+		return reason
+	default:
+		return "Unreachable"
+	}
+}
+
+// refusal is the reason with which an agent that works refused the flow's revision and
+// changed nothing - AgentTooOld (it lacks a feature the request requires) or TooManyFlows (it
+// holds as many flow rules as it may) - or "" for any other outcome. Such a pod answered: it
+// is neither unreachable nor synced, and its consumers are not known to follow the flow.
+func refusal(err error) string {
+	switch {
+	case IsAgentTooOld(err):
+		return subflowv1.ReasonAgentTooOld
+	case IsTooManyFlows(err):
+		return subflowv1.ReasonTooManyFlows
+	}
+	return ""
+}
+
+// unanswered reports whether a pod's agent gave no answer to the revision (a refusal is one).
+func unanswered(o podOutcome) bool { return o.Status == nil && refusal(o.Err) == "" }
+
+const (
+	tooOldAdvice       = "upgrade the application's agent or the sidecar image"
+	tooManyFlowsAdvice = "release another flow that selects the pod"
+)
+
+// refusalCause says why a pod's agent refused the revision, without the advice.
+func refusalCause(err error) string {
+	var agentErr *AgentError
+	if !errors.As(err, &agentErr) || !IsAgentTooOld(err) {
+		return "the agent holds as many flow rules as it may"
+	}
+	lacks := "a feature the flow requires"
+	if len(agentErr.MissingFeatures) > 0 {
+		lacks = strings.Join(agentErr.MissingFeatures, ", ")
+	}
+	return fmt.Sprintf("agent protocol %d lacks %s", protocolVersion(agentErr.ProtocolVersion), lacks)
+}
+
+// refusalMessage is a refusing pod's message in status.agents: the cause and what to do.
+func refusalMessage(err error) string {
+	advice := tooManyFlowsAdvice
+	if IsAgentTooOld(err) {
+		advice = tooOldAdvice
+	}
+	return fit(maxAgentText, ": ", refusalCause(err), advice)
+}
+
+// protocolVersion is the protocol an agent reported speaking; none means version 1.
+func protocolVersion(v int) int32 {
+	return int32(min(max(v, 1), math.MaxInt32))
+}
+
+// maxAgentVersion bounds status.agents[].agentVersion (the CRD's maxLength).
+const maxAgentVersion = 64
 
 // computeStatus derives the whole status from the observation; old carries over condition
 // transition times and the seek result of earlier reconciles.
@@ -194,6 +257,14 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 	for _, o := range obs.Outcomes {
 		pods.Matched++
 		agent := subflowv1.AgentStatus{Pod: o.Pod}
+		if reason := refusal(o.Err); o.Status == nil && reason != "" {
+			pods.Refused++
+			var agentErr *AgentError
+			errors.As(o.Err, &agentErr)
+			agent.State, agent.Message, agent.ProtocolVersion = reason, refusalMessage(o.Err), protocolVersion(agentErr.ProtocolVersion)
+			agents = append(agents, agent)
+			continue
+		}
 		if o.Status == nil {
 			pods.Unreachable++
 			agent.State, agent.Message = "Unreachable", unreachableText(o)
@@ -202,6 +273,7 @@ func countOutcomes(obs observation) (subflowv1.PodCounts, subflowv1.ConsumerCoun
 		}
 		pods.Synced++
 		agent.Kind = hostKind(o.Status.Kind)
+		agent.AgentVersion, agent.ProtocolVersion = clip(o.Status.AgentVersion, maxAgentVersion), protocolVersion(o.Status.ProtocolVersion)
 		agent.LastSyncTime = lastSync(obs, o.Pod)
 		agent.State = commonState(o.Status.Consumers)
 		agent.Message = clip(o.Status.Conflict, maxAgentText)
@@ -284,9 +356,19 @@ func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv
 	if pods := podsWhere(obs, func(o podOutcome) bool { return IsUnauthorized(o.Err) }); len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonAgentAuthFailed, authAdvice(obs, pods)
 	}
-	if pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil }); len(pods) > 0 {
+	if pods := podsWhere(obs, unanswered); len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonAgentsUnreachable, fmt.Sprintf(
 			"%d of %d agents unreachable: %s", len(pods), st.Pods.Matched, describeUnreachable(obs))
+	}
+	if pods := refusedPods(obs, subflowv1.ReasonAgentTooOld); len(pods) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonAgentTooOld, fmt.Sprintf(
+			"%d of %d agents are too old for revision %d and changed nothing: %s; %s", len(pods), st.Pods.Matched,
+			obs.Revision, listNames(pods), tooOldAdvice)
+	}
+	if pods := refusedPods(obs, subflowv1.ReasonTooManyFlows); len(pods) > 0 {
+		return metav1.ConditionFalse, subflowv1.ReasonTooManyFlows, fmt.Sprintf(
+			"%d of %d agents hold as many flow rules as they may and refused this flow: %s; %s", len(pods), st.Pods.Matched,
+			listNames(pods), tooManyFlowsAdvice)
 	}
 	if pods := obs.Unreleased; len(pods) > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonReleasePending, fmt.Sprintf(
@@ -308,6 +390,17 @@ func readiness(spec subflowv1.SubscriptionFlowSpec, obs observation, st subflowv
 	}
 	return metav1.ConditionTrue, subflowv1.ReasonSynced, fmt.Sprintf(
 		"%d agents applied revision %d: %d consumers %s", st.Pods.Synced, obs.Revision, st.Consumers.Total, obs.Effective.State)
+}
+
+// refusedPods names the pods whose agents refused the revision with reason, with the cause.
+func refusedPods(obs observation, reason string) []string {
+	var pods []string
+	for _, o := range obs.Outcomes {
+		if o.Status == nil && refusal(o.Err) == reason {
+			pods = append(pods, clip(fmt.Sprintf("%s (%s)", o.Pod, refusalCause(o.Err)), maxAgentText))
+		}
+	}
+	return pods
 }
 
 // authAdvice says why agents refused the token, given what the controller saw of rotations.
@@ -374,10 +467,11 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 	if st.Pods.Matched == 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingPods, "No running pod matches spec.selector: no consumer is paused"
 	}
-	if st.Pods.Unreachable == 0 && st.Consumers.Total == 0 {
+	if st.Pods.Unreachable == 0 && st.Pods.Refused == 0 && st.Consumers.Total == 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonNoMatchingConsumers, "The matched pods have no consumer of the flow: none is paused"
 	}
-	if st.Pods.Unreachable > 0 {
+	// A pod whose agent refused the revision is not paused by it, whatever it did before.
+	if st.Pods.Unreachable > 0 || st.Pods.Refused > 0 {
 		return metav1.ConditionFalse, subflowv1.ReasonPausePending, unobservedMessage(obs, st)
 	}
 	if st.Consumers.Running > 0 {
@@ -393,17 +487,34 @@ func pausedCondition(obs observation, st subflowv1.SubscriptionFlowStatus) (meta
 		st.Consumers.Total, obs.Effective.State, source)
 }
 
-// unobservedMessage says what a pause is waiting for when some pods' agents did not answer: it
-// counts only the consumers it saw, and names the pods whose consumers it could not see, which
-// may well be running.
+// unobservedMessage says what a pause is waiting for when some pods' agents did not answer or
+// refused the revision: it counts only the consumers it saw, and names the pods whose
+// consumers it could not see, which may well be running.
 func unobservedMessage(obs observation, st subflowv1.SubscriptionFlowStatus) string {
-	pods := podsWhere(obs, func(o podOutcome) bool { return o.Status == nil })
-	unknown := fmt.Sprintf("%d %s unreachable, %s consumers' state unknown: %s", len(pods), plural(len(pods), "pod", "pods"),
-		plural(len(pods), "its", "their"), listNames(pods))
-	if st.Pods.Synced == 0 {
-		return "No agent answered; " + unknown
+	var unknown []string
+	if pods := podsWhere(obs, unanswered); len(pods) > 0 {
+		unknown = append(unknown, fmt.Sprintf("%d %s unreachable, %s consumers' state unknown: %s", len(pods),
+			plural(len(pods), "pod", "pods"), plural(len(pods), "its", "their"), listNames(pods)))
 	}
-	return fmt.Sprintf("%d of the %d consumers in reachable pods still running; %s", st.Consumers.Running, st.Consumers.Total, unknown)
+	var refused []string
+	for _, o := range obs.Outcomes {
+		if reason := refusal(o.Err); o.Status == nil && reason != "" {
+			refused = append(refused, fmt.Sprintf("%s (%s)", o.Pod, reason))
+		}
+	}
+	if n := len(refused); n > 0 {
+		unknown = append(unknown, fmt.Sprintf("%d %s refused revision %d, %s consumers not known to be %s: %s", n,
+			plural(n, "pod", "pods"), obs.Revision, plural(n, "its", "their"), strings.ToLower(string(obs.Effective.State)), listNames(refused)))
+	}
+	switch {
+	case st.Pods.Synced > 0:
+		return fmt.Sprintf("%d of the %d consumers in reachable pods still running; %s", st.Consumers.Running, st.Consumers.Total,
+			strings.Join(unknown, "; "))
+	case len(refused) > 0:
+		return fmt.Sprintf("No agent applied revision %d; %s", obs.Revision, strings.Join(unknown, "; "))
+	default:
+		return "No agent answered; " + strings.Join(unknown, "; ")
+	}
 }
 
 func plural(n int, one, many string) string {
@@ -572,7 +683,7 @@ func podsWhere(obs observation, pred func(podOutcome) bool) []string {
 func describeUnreachable(obs observation) string {
 	var parts []string
 	for _, o := range obs.Outcomes {
-		if o.Status == nil && !IsUnauthorized(o.Err) {
+		if unanswered(o) && !IsUnauthorized(o.Err) {
 			parts = append(parts, fmt.Sprintf("%s (%s)", o.Pod, unreachableText(o)))
 		}
 	}

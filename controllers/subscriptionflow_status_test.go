@@ -30,6 +30,8 @@ func TestComputeStatusConditions(t *testing.T) {
 	paused := Effective{State: subflowv1.StatePaused, Source: subflowv1.SourceSpec}
 	running := Effective{State: subflowv1.StateRunning, Source: subflowv1.SourceSpec}
 	unauthorized := &AgentError{Status: 401, Reason: "Unauthorized", Message: "missing or wrong bearer token"}
+	tooOld := &AgentError{Status: 422, Reason: protocol.ReasonAgentTooOld, ProtocolVersion: 2, MissingFeatures: []string{"seek.x", "state=Draining"}}
+	full := &AgentError{Status: 409, Reason: protocol.ReasonTooManyFlows, ProtocolVersion: 2}
 	tests := []struct {
 		name          string
 		eff           Effective
@@ -72,6 +74,27 @@ func TestComputeStatusConditions(t *testing.T) {
 		{name: "wrong token stalls", eff: paused, outcomes: []podOutcome{{Pod: "a", Err: unauthorized}},
 			wantReady: "False/AgentAuthFailed", wantPaused: "False/PausePending", wantStalled: true,
 			wantMessage: "Agents in a refused the token from Secret", wantHalted: "0/0", wantMatched: 1},
+		{name: "an agent too old: named, not paused", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Paused)}, {Pod: "b", Err: tooOld}},
+			wantReady: "False/AgentTooOld", wantPaused: "False/PausePending",
+			wantMessage:   "1 of 2 agents are too old for revision 3 and changed nothing: b (agent protocol 2 lacks seek.x, state=Draining); upgrade the application's agent or the sidecar image",
+			wantPausedMsg: "0 of the 1 consumers in reachable pods still running; 1 pod refused revision 3, its consumers not known to be paused: b (AgentTooOld)",
+			wantHalted:    "1/1", wantMatched: 2, wantReachable: 1},
+		{name: "every agent refused: not paused, not a typo", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Err: full}, {Pod: "b", Err: tooOld}},
+			wantReady: "False/AgentTooOld", wantPaused: "False/PausePending",
+			wantPausedMsg: "No agent applied revision 3; 2 pods refused revision 3, their consumers not known to be paused: a (TooManyFlows), b (AgentTooOld)",
+			wantHalted:    "0/0", wantMatched: 2},
+		{name: "an agent full: named", eff: running,
+			outcomes:  []podOutcome{{Pod: "a", Status: agentAnswer(protocol.Running)}, {Pod: "b", Err: full}},
+			wantReady: "False/TooManyFlows", wantPaused: "False/Running",
+			wantMessage: "1 of 2 agents hold as many flow rules as they may and refused this flow: b (the agent holds as many flow rules as it may); release another flow that selects the pod",
+			wantHalted:  "0/1", wantMatched: 2, wantReachable: 1},
+		{name: "unreachable before too old", eff: paused,
+			outcomes:  []podOutcome{{Pod: "a", Err: errors.New("connection refused")}, {Pod: "b", Err: tooOld}},
+			wantReady: "False/AgentsUnreachable", wantPaused: "False/PausePending", wantMessage: "1 of 2 agents unreachable: a (connection refused)",
+			wantPausedMsg: "No agent applied revision 3; 1 pod unreachable, its consumers' state unknown: a; 1 pod refused revision 3, its consumers not known to be paused: b (AgentTooOld)",
+			wantHalted:    "0/0", wantMatched: 2},
 		{name: "no pods: nothing is paused", eff: paused, wantReady: "True/NoMatchingPods", wantPaused: "False/NoMatchingPods", wantHalted: "0/0"},
 		{name: "a typo in the subscription: nothing is paused", eff: paused,
 			outcomes: []podOutcome{{Pod: "a", Status: &protocol.FlowStatus{AppliedRevision: 3,
@@ -332,5 +355,49 @@ func TestFitKeepsEveryPartsBeginning(t *testing.T) {
 				t.Errorf("%s: %q does not contain %q", c.name, got, w)
 			}
 		}
+	}
+}
+
+// Each pod's entry says what serves it - its agent's version and protocol (none reported: 1) -
+// and, for an agent that refused the revision, why and what to do; the pods are counted as
+// refused, neither synced nor unreachable.
+func TestAgentsShowVersionsAndRefusals(t *testing.T) {
+	long := strings.Repeat("v", 100)
+	outcomes := []podOutcome{
+		{Pod: "new", Status: &protocol.FlowStatus{Kind: protocol.KindSidecar, ProtocolVersion: 2, AgentVersion: "v0.9.0", AppliedRevision: 3,
+			Consumers: []protocol.ConsumerStatus{{Name: "c", State: protocol.Paused}}}},
+		{Pod: "old", Status: &protocol.FlowStatus{AppliedRevision: 3, Consumers: []protocol.ConsumerStatus{{Name: "c", State: protocol.Paused}}}},
+		{Pod: "long", Status: &protocol.FlowStatus{AgentVersion: long, ProtocolVersion: 7, AppliedRevision: 3,
+			Consumers: []protocol.ConsumerStatus{{Name: "c", State: protocol.Paused}}}},
+		{Pod: "too-old", Err: &AgentError{Status: 422, Reason: protocol.ReasonAgentTooOld, ProtocolVersion: 2, MissingFeatures: []string{"seek.x"}}},
+		{Pod: "full", Err: &AgentError{Status: 409, Reason: protocol.ReasonTooManyFlows}},
+	}
+	flow := &subflowv1.SubscriptionFlow{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	st := computeStatus(flow, observation{Effective: Effective{State: subflowv1.StatePaused, Source: subflowv1.SourceSpec},
+		Revision: 3, Outcomes: outcomes, Now: time.Now()})
+	want := map[string]subflowv1.AgentStatus{
+		"new":  {Kind: "sidecar", State: "Paused", AgentVersion: "v0.9.0", ProtocolVersion: 2},
+		"old":  {Kind: "agent", State: "Paused", ProtocolVersion: 1},
+		"long": {Kind: "agent", State: "Paused", AgentVersion: clip(long, maxAgentVersion), ProtocolVersion: 7},
+		"too-old": {State: "AgentTooOld", ProtocolVersion: 2,
+			Message: "agent protocol 2 lacks seek.x: upgrade the application's agent or the sidecar image"},
+		"full": {State: "TooManyFlows", ProtocolVersion: 1,
+			Message: "the agent holds as many flow rules as it may: release another flow that selects the pod"},
+	}
+	for _, a := range st.Agents {
+		w := want[a.Pod]
+		if a.Kind != w.Kind || a.State != w.State || a.AgentVersion != w.AgentVersion || a.ProtocolVersion != w.ProtocolVersion || a.Message != w.Message {
+			t.Errorf("%s: kind %q state %q version %q protocol %d message %q, want %q %q %q %d %q", a.Pod, a.Kind, a.State, a.AgentVersion,
+				a.ProtocolVersion, a.Message, w.Kind, w.State, w.AgentVersion, w.ProtocolVersion, w.Message)
+		}
+	}
+	if len(st.Agents[len(st.Agents)-1].AgentVersion) > maxAgentVersion {
+		t.Error("an agent version longer than the CRD allows")
+	}
+	if st.Pods != (subflowv1.PodCounts{Matched: 5, Synced: 3, Refused: 2}) {
+		t.Errorf("pods %+v, want 5 matched, 3 synced, 2 refused", st.Pods)
+	}
+	if got := (observation{Outcomes: outcomes}).agentStates(); got["AgentTooOld"] != 1 || got["TooManyFlows"] != 1 || got["Unreachable"] != 0 {
+		t.Errorf("agent states for metrics: %v", got)
 	}
 }

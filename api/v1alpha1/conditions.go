@@ -39,6 +39,16 @@ const (
 	// flow deleted with deletionPolicy Retain left behind - holds consumers in a more
 	// restrictive state than this flow's; the message names it.
 	ReasonHeldByOtherRule = "HeldByOtherRule"
+	// ReasonAgentTooOld (Ready=False): some pods' agents refused the current revision because
+	// it requires a feature they lack (protocol 422 AgentTooOld); they changed nothing. The
+	// message names them and what they lack: upgrade the application's agent or the sidecar
+	// image. Ready keeps its positive polarity: False, with this reason, while any pod refuses.
+	ReasonAgentTooOld = "AgentTooOld"
+	// ReasonTooManyFlows (Ready=False): some pods' agents hold as many flow rules as they may
+	// and refused this flow's (protocol 409 TooManyFlows); they changed nothing. The message
+	// names them; room is made by releasing another flow there. Ready keeps its positive
+	// polarity: False, with this reason, while any pod refuses.
+	ReasonTooManyFlows = "TooManyFlows"
 	// ReasonReleasePending (Ready=False): pods that no longer match still hold the rule; the
 	// controller retries releasing them.
 	ReasonReleasePending = "ReleasePending"

@@ -298,6 +298,10 @@ type PodCounts struct {
 	// unreachable pods' agents did not answer.
 	// +optional
 	Unreachable int32 `json:"unreachable"`
+	// refused pods' agents answered and refused the current revision: too old for a feature it
+	// requires (AgentTooOld), or holding as many flow rules as they may (TooManyFlows).
+	// +optional
+	Refused int32 `json:"refused,omitempty"`
 }
 
 // ConsumerCounts counts consumers by observed state.
@@ -328,9 +332,21 @@ type AgentStatus struct {
 	// +optional
 	// +kubebuilder:validation:Enum=agent;sidecar
 	Kind string `json:"kind,omitempty"`
-	// state: the agent's consumers' common state, Mixed, or Unreachable.
+	// state: the agent's consumers' common state, Mixed, NoConsumers, Unreachable (no
+	// answer), AgentTooOld (the agent lacks a feature the request requires) or TooManyFlows
+	// (the agent holds as many flow rules as it may); the last two refused the revision.
 	// +optional
 	State string `json:"state,omitempty"`
+	// agentVersion is the subflow version the pod's agent or sidecar was built from, as it
+	// reported it; empty when it did not say.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// protocolVersion is the agent protocol the pod's agent speaks (1 for an agent that
+	// reports none); empty until it answered.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProtocolVersion int32 `json:"protocolVersion,omitempty"`
 	// consumers matched in that pod.
 	// +optional
 	Consumers int32 `json:"consumers,omitempty"`

@@ -60,7 +60,11 @@ func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time)
 	if st.ObservedGeneration != flow.Generation {
 		field("Observed", fmt.Sprintf("generation %d of %d: the controller has not caught up yet", st.ObservedGeneration, flow.Generation))
 	}
-	field("Pods", fmt.Sprintf("%d matched, %d synced, %d unreachable", st.Pods.Matched, st.Pods.Synced, st.Pods.Unreachable))
+	pods := fmt.Sprintf("%d matched, %d synced, %d unreachable", st.Pods.Matched, st.Pods.Synced, st.Pods.Unreachable)
+	if st.Pods.Refused > 0 {
+		pods += fmt.Sprintf(", %d refused the flow", st.Pods.Refused)
+	}
+	field("Pods", pods)
 	field("Consumers", fmt.Sprintf("%d total, %d running, %d paused, %d stopped",
 		st.Consumers.Total, st.Consumers.Running, st.Consumers.Paused, st.Consumers.Stopped))
 	field("Seek", describeSeek(flow, now))
@@ -188,13 +192,18 @@ func printAgents(out io.Writer, agents []subflowv1.AgentStatus, now time.Time) e
 		return nil
 	}
 	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  POD\tKIND\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
+	fmt.Fprintln(w, "  POD\tKIND\tVERSION\tPROTOCOL\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
 	for _, a := range agents {
 		lastSync := "<never>"
 		if a.LastSyncTime != nil {
 			lastSync = age(*a.LastSyncTime, now) + " ago"
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.Kind, "-"), orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
+		protocol := "-"
+		if a.ProtocolVersion > 0 {
+			protocol = fmt.Sprint(a.ProtocolVersion)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.Kind, "-"), orDefault(oneWord(a.AgentVersion), "-"), protocol,
+			orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
 	}
 	return w.Flush()
 }
@@ -205,6 +214,12 @@ func age(t metav1.Time, now time.Time) string {
 		return "<unknown>"
 	}
 	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+// oneWord is oneLine for a column's value, which must not split the column: a development
+// build's version, "(devel) <revision>", reads "(devel)-<revision>".
+func oneWord(s string) string {
+	return strings.Join(strings.Fields(oneLine(s)), "-")
 }
 
 func orDefault(value, fallback string) string {

@@ -28,11 +28,14 @@ func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
 			ObservedGeneration: f.Generation, Revision: 4,
 			EffectiveState: subflowv1.StatePaused, StateSource: subflowv1.SourceOverride,
 			NextTransitionTime: &metav1.Time{Time: until},
-			Pods:               subflowv1.PodCounts{Matched: 2, Synced: 1, Unreachable: 1},
+			Pods:               subflowv1.PodCounts{Matched: 4, Synced: 2, Unreachable: 1, Refused: 1},
 			Consumers:          subflowv1.ConsumerCounts{Total: 2, Paused: 2, Halted: "2/2"},
 			Agents: []subflowv1.AgentStatus{
 				{Pod: "orders-1", State: "Unreachable", Message: "dial tcp 10.0.0.7:9470: connect: connection refused\x1b[2J"},
-				{Pod: "orders-0", Kind: "sidecar", State: "Paused", Consumers: 2, HeldMessages: 17, LastSyncTime: &synced},
+				{Pod: "orders-2", State: "AgentTooOld", ProtocolVersion: 2,
+					Message: "agent protocol 2 lacks seek.x: upgrade the application's agent or the sidecar image"},
+				{Pod: "orders-0", Kind: "sidecar", AgentVersion: "v0.9.0", ProtocolVersion: 2, State: "Paused", Consumers: 2, HeldMessages: 17, LastSyncTime: &synced},
+				{Pod: "orders-3", Kind: "agent", AgentVersion: "(devel) 3f2a1b", ProtocolVersion: 1, State: "Paused", Consumers: 1, LastSyncTime: &synced},
 			},
 			Seek: &subflowv1.SeekStatus{ID: "replay-1", Executor: "orders-0", CompletionTime: &synced,
 				Positions: []subflowv1.SeekPosition{{Partition: -1, Index: 120034, MessageID: "12:5:-1:-1"}}},
@@ -54,7 +57,7 @@ func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
 		", reason: INC-4711\n",
 		"Effective state: Paused (source: Override)\n",
 		"Next transition: " + until.Format(time.RFC3339) + " (in 2",
-		"Pods:            2 matched, 1 synced, 1 unreachable\n",
+		"Pods:            4 matched, 2 synced, 1 unreachable, 1 refused the flow\n",
 		"Consumers:       2 total, 0 running, 2 paused, 0 stopped\n",
 		"Seek:            id replay-1 (index 120034): Succeeded ",
 		", executor orders-0\n",
@@ -67,7 +70,11 @@ func TestStatusShowsStateSourceSeekAndEachPod(t *testing.T) {
 	// Conditions in the fixed order Ready, Paused, ..., SeekCompleted; pods as reported.
 	for _, row := range []string{
 		`(?m)^Conditions:\n  TYPE +STATUS +REASON +AGE +MESSAGE\n  Ready +False +AgentsUnreachable +5m\S* +1 agent did not answer: orders-1\n  Paused +True +ConsumersPaused +5m\S* .*\n  SeekCompleted +True +SeekSucceeded +5m\S* .*\n`,
-		`(?m)^Agents:\n  POD +KIND +STATE +CONSUMERS +HELD +LAST SYNC +MESSAGE\n  orders-1 +- +Unreachable +0 +0 +<never> +dial tcp 10.0.0.7:9470: connect: connection refused \[2J\n  orders-0 +sidecar +Paused +2 +17 +\d+s ago *\n`,
+		`(?m)^Agents:\n  POD +KIND +VERSION +PROTOCOL +STATE +CONSUMERS +HELD +LAST SYNC +MESSAGE\n` +
+			`  orders-1 +- +- +- +Unreachable +0 +0 +<never> +dial tcp 10.0.0.7:9470: connect: connection refused \[2J\n` +
+			`  orders-2 +- +- +2 +AgentTooOld +0 +0 +<never> +agent protocol 2 lacks seek.x: upgrade the application's agent or the sidecar image\n` +
+			`  orders-0 +sidecar +v0.9.0 +2 +Paused +2 +17 +\d+s ago *\n` +
+			`  orders-3 +agent +\(devel\)-3f2a1b +1 +Paused +1 +0 +\d+s ago *\n`,
 	} {
 		if !regexp.MustCompile(row).MatchString(out) {
 			t.Errorf("status does not match %s:\n%s", row, out)
