@@ -38,13 +38,16 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "0", "Address net/http/pprof binds to, for profiling; 0 (default) disables it.")
 	var resync, pushTimeout, backlogLead, rotationGrace time.Duration
-	var parallelism, workers, statusWrites int
+	var parallelism, workers, statusWrites, refreshBudget int
 	flag.DurationVar(&resync, "resync", controllers.DefaultResync, "Period of the fallback push to every agent.")
 	flag.DurationVar(&pushTimeout, "push-timeout", controllers.DefaultPushTimeout, "Timeout of one push to one agent.")
 	flag.IntVar(&parallelism, "push-parallelism", controllers.DefaultParallelism, "Concurrent pushes per flow.")
 	flag.IntVar(&workers, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "Flows reconciled at once.")
 	flag.IntVar(&statusWrites, "max-concurrent-status-writes", controllers.DefaultMaxConcurrentStatusWrites,
 		"Status writes in flight; below the workers, so that pushes come before reports when many flows change at once.")
+	flag.IntVar(&refreshBudget, "refresh-pushes-per-second", controllers.DefaultRefreshPushesPerSecond,
+		"Pushes a second that the refresh of halted flows (and of flows whose agents showed no consumer) may cost, all flows "+
+			"together: their refresh periods (10 s at least) grow to share it.")
 	flag.DurationVar(&backlogLead, "backlog-warning-lead-time", controllers.DefaultBacklogLeadTime,
 		"How long before the broker's retention would delete a halted flow's waiting messages BacklogAtRisk turns True.")
 	flag.DurationVar(&rotationGrace, "token-rotation-grace", controllers.DefaultTokenRotationGrace,
@@ -96,7 +99,8 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	setupLog := ctrl.Log.WithName("setup")
-	for name, n := range map[string]int{"push-parallelism": parallelism, "max-concurrent-reconciles": workers, "max-concurrent-status-writes": statusWrites} {
+	for name, n := range map[string]int{"push-parallelism": parallelism, "max-concurrent-reconciles": workers, "max-concurrent-status-writes": statusWrites,
+		"refresh-pushes-per-second": refreshBudget} {
 		if n < 1 {
 			setupLog.Error(nil, "The flag must be at least 1", "flag", "--"+name, "value", n)
 			os.Exit(2)
@@ -160,6 +164,7 @@ func main() {
 		MaxConcurrentStatusWrites: statusWrites,
 		BacklogLeadTime:           backlogLead,
 		TokenRotationGrace:        rotationGrace,
+		RefreshPushesPerSecond:    refreshBudget,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")

@@ -1,7 +1,10 @@
 package controllers
 
 import (
+	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -13,17 +16,74 @@ import (
 // consumers are paused is what it reports) and a flow whose pods showed no consumer at all
 // (NoMatchingConsumers until one subscribes). They are reconciled every refresh period and
 // their pods' settled answers are reused only that long. The period grows with the flow's pods
-// so that a refresh costs a flow at most refreshPodsPerSecond pushes a second.
+// so that a refresh costs a flow at most refreshPodsPerSecond pushes a second, and with the
+// pods of every flow refreshed so that all of them together cost at most the controller's
+// budget (--refresh-pushes-per-second): a fleet paused for an incident would otherwise be
+// pushed to continuously, all of it every 10 s, while nothing changes.
 
-// statusRefresh is how often such a flow asks its agents again.
+// statusRefresh is how often such a flow asks its agents again, at most.
 const statusRefresh = 10 * time.Second
 
 // refreshPodsPerSecond bounds the pushes a refresh costs one flow.
 const refreshPodsPerSecond = 100
 
-// refreshPeriod is how often a flow of pods pods is refreshed.
-func refreshPeriod(pods int) time.Duration {
-	return max(statusRefresh, time.Duration(pods)*time.Second/refreshPodsPerSecond)
+// DefaultRefreshPushesPerSecond bounds the refresh pushes of all flows together.
+const DefaultRefreshPushesPerSecond = 200
+
+// refreshPeriod is how often a flow of pods pods is refreshed when the flows refreshed hold
+// total pods (this one's included) and budget pushes a second are shared among them: each flow
+// gets the same period, so that the pushes, total per period, stay within the budget.
+func refreshPeriod(pods, total, budget int) time.Duration {
+	return max(statusRefresh, time.Duration(pods)*time.Second/refreshPodsPerSecond,
+		time.Duration(total)*time.Second/time.Duration(max(budget, 1)))
+}
+
+// refreshBook holds the pods of every flow being refreshed, and their sum.
+type refreshBook struct {
+	mu    sync.Mutex
+	pods  map[types.NamespacedName]int
+	total int
+}
+
+// set records that the flow refreshes pods pods (0: it does not) and returns the sum over
+// every flow.
+func (b *refreshBook) set(flow types.NamespacedName, pods int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pods == nil {
+		b.pods = map[types.NamespacedName]int{}
+	}
+	b.total += pods - b.pods[flow]
+	if pods > 0 {
+		b.pods[flow] = pods
+	} else {
+		delete(b.pods, flow)
+	}
+	return b.total
+}
+
+// sum is the pods of every flow being refreshed.
+func (b *refreshBook) sum() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
+}
+
+func (r *SubscriptionFlowReconciler) refreshBudget() int {
+	if r.RefreshPushesPerSecond > 0 {
+		return r.RefreshPushesPerSecond
+	}
+	return DefaultRefreshPushesPerSecond
+}
+
+// refreshAfter records whether the flow, whose status was just computed, is refreshed, and
+// returns its refresh period (zero when it is not refreshed).
+func (r *SubscriptionFlowReconciler) refreshAfter(flow *subflowv1.SubscriptionFlow, pods int) time.Duration {
+	if !refreshing(flow) {
+		r.refreshes.set(flowKey(flow), 0)
+		return 0
+	}
+	return refreshPeriod(pods, r.refreshes.set(flowKey(flow), pods), r.refreshBudget())
 }
 
 // answersFresh is how long a flow reuses its pods' settled answers (pushBook.take).
@@ -31,7 +91,7 @@ func (r *SubscriptionFlowReconciler) answersFresh(state subflowv1.FlowState, pod
 	if state == subflowv1.StateRunning {
 		return r.resync()
 	}
-	return min(r.resync(), refreshPeriod(pods))
+	return min(r.resync(), refreshPeriod(pods, max(r.refreshes.sum(), pods), r.refreshBudget()))
 }
 
 // refreshing reports whether the flow's status, just computed, is refreshed before the resync:

@@ -98,12 +98,17 @@ type SubscriptionFlowReconciler struct {
 	// TokenRotationGrace is how long after a token Secret changes the previous token is offered
 	// to agents that refuse the new one; zero means DefaultTokenRotationGrace.
 	TokenRotationGrace time.Duration
+	// RefreshPushesPerSecond bounds the pushes of every halted flow's refresh together (the
+	// flows' refresh periods grow to share it); zero means DefaultRefreshPushesPerSecond.
+	RefreshPushesPerSecond int
 
 	holders holderBook
 	tokens  tokenBook
 	retries retryBook
 	pushes  pushBook
 	written writtenBook
+	// refreshes holds the pods of the flows refreshed before the resync (refresh.go).
+	refreshes refreshBook
 	// statusWrites bounds the status writes in flight (writeStatus).
 	statusWrites statusWriters
 	// podIndex is the manager's pod cache, read in place (namespacePods).
@@ -263,6 +268,7 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 func (r *SubscriptionFlowReconciler) stall(ctx context.Context, flow *subflowv1.SubscriptionFlow, message string) ctrl.Result {
 	ctrl.LoggerFrom(ctx).V(1).Info("Flow spec cannot be applied", "flow", klog.KObj(flow), "reason", message)
 	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, message, r.Clock.Now())
+	r.refreshes.set(flowKey(flow), 0) // nothing is pushed meanwhile
 	// A referenced Secret is not watched: look again after a while, backing off.
 	return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}
 }
@@ -443,8 +449,8 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 	if !obs.HeldUntil.IsZero() {
 		after = min(after, max(time.Until(obs.HeldUntil), time.Millisecond)) // the pushes' clock: wall time
 	}
-	if refreshing(flow) {
-		after = min(after, refreshPeriod(len(obs.Outcomes)))
+	if refresh := r.refreshAfter(flow, len(obs.Outcomes)); refresh > 0 {
+		after = min(after, refresh)
 	}
 	if seekRunning(obs) {
 		after = min(after, seekPoll)
@@ -492,6 +498,7 @@ func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	r.retries.reset(key)
 	r.pushes.forget(key)
 	r.written.forget(key)
+	r.refreshes.set(key, 0)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
