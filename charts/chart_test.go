@@ -372,7 +372,10 @@ func mainFlags(t *testing.T) map[string]bool {
 			return true
 		}
 		sel, ok := call.Fun.(*ast.SelectorExpr)
-		if pkg, isIdent := sel.X.(*ast.Ident); !ok || !isIdent || pkg.Name != "flag" || len(call.Args) < 2 {
+		if !ok {
+			return true // a plain call, e.g. withElection(...)
+		}
+		if pkg, isIdent := sel.X.(*ast.Ident); !isIdent || pkg.Name != "flag" || len(call.Args) < 2 {
 			return true
 		}
 		index := 0
