@@ -101,21 +101,15 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// The environment variables subflow's webhook sets on an agent-mode application container.
-const (
-	startGatedEnv    = "SUBFLOW_START_GATED"
-	fallbackStateEnv = "SUBFLOW_FALLBACK_STATE"
-)
-
 // startFromEnv applies the webhook's start choice: it may gate an ungated agent and fill an empty
 // FallbackState, never loosen what the application chose. An unknown fallback is left to New's
 // validation, which names it.
 func startFromEnv(opts Options, getenv func(string) string) Options {
-	if getenv(startGatedEnv) == "true" {
+	if getenv(protocol.StartGatedEnv) == "true" {
 		opts.StartGated = true
 	}
 	if opts.FallbackState == "" {
-		opts.FallbackState = protocol.State(getenv(fallbackStateEnv))
+		opts.FallbackState = protocol.State(getenv(protocol.FallbackStateEnv))
 	}
 	return opts
 }

@@ -17,9 +17,9 @@ func TestStartFromEnvOnlyTightens(t *testing.T) {
 		fallback protocol.State
 	}{
 		{"no environment", Options{}, nil, false, ""},
-		{"the webhook gates", Options{}, map[string]string{startGatedEnv: "true", fallbackStateEnv: "Paused"}, true, protocol.Paused},
-		{"the application's gate stays", Options{StartGated: true}, map[string]string{startGatedEnv: "false"}, true, ""},
-		{"the application's fallback wins", Options{FallbackState: protocol.Running}, map[string]string{startGatedEnv: "true", fallbackStateEnv: "Stopped"}, true, protocol.Running},
+		{"the webhook gates", Options{}, map[string]string{protocol.StartGatedEnv: "true", protocol.FallbackStateEnv: "Paused"}, true, protocol.Paused},
+		{"the application's gate stays", Options{StartGated: true}, map[string]string{protocol.StartGatedEnv: "false"}, true, ""},
+		{"the application's fallback wins", Options{FallbackState: protocol.Running}, map[string]string{protocol.StartGatedEnv: "true", protocol.FallbackStateEnv: "Stopped"}, true, protocol.Running},
 	} {
 		got := startFromEnv(tc.opts, func(k string) string { return tc.env[k] })
 		if got.StartGated != tc.gated || got.FallbackState != tc.fallback {

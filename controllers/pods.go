@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -22,14 +21,6 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
-
-// selectorOf converts a flow's selector; an empty selector matches nothing.
-func selectorOf(flow *subflowv1.SubscriptionFlow) (labels.Selector, error) {
-	if len(flow.Spec.Selector.MatchLabels) == 0 && len(flow.Spec.Selector.MatchExpressions) == 0 {
-		return labels.Nothing(), nil
-	}
-	return metav1.LabelSelectorAsSelector(&flow.Spec.Selector)
-}
 
 // matchedPods lists the pods a flow selects that have not finished, sorted by name.
 // Terminating pods are included (they still hold the rule) but are not pushed to.
@@ -190,7 +181,7 @@ func (r *SubscriptionFlowReconciler) enqueueFlowsFor(ctx context.Context, q work
 }
 
 func (r *SubscriptionFlowReconciler) flowConcernsPod(flow *subflowv1.SubscriptionFlow, pods ...client.Object) bool {
-	selector, selErr := selectorOf(flow)
+	selector, selErr := flow.PodSelector()
 	for _, pod := range pods {
 		if selErr == nil && selector.Matches(labels.Set(pod.GetLabels())) {
 			return true

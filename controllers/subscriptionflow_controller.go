@@ -187,7 +187,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	log := ctrl.LoggerFrom(ctx)
 	now := r.Clock.Now()
 	eff := EffectiveState(flow, now)
-	selector, err := selectorOf(flow)
+	selector, err := flow.PodSelector()
 	if err != nil {
 		return r.stall(ctx, flow, fmt.Sprintf("spec.selector cannot be used: %v", err)), nil
 	}
@@ -519,7 +519,7 @@ func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *su
 	for _, name := range r.holders.all(flow) {
 		names[name] = true
 	}
-	if selector, err := selectorOf(flow); err == nil {
+	if selector, err := flow.PodSelector(); err == nil {
 		matched, err := r.matchedPods(ctx, flow, selector)
 		if err != nil {
 			return nil, err

@@ -18,8 +18,8 @@ import (
 const (
 	// StartGatedEnv and FallbackStateEnv carry the choice to an agent-mode application; the
 	// agent library reads them (agent.New), stricter than its options only.
-	StartGatedEnv    = "SUBFLOW_START_GATED"
-	FallbackStateEnv = "SUBFLOW_FALLBACK_STATE"
+	StartGatedEnv    = protocol.StartGatedEnv
+	FallbackStateEnv = protocol.FallbackStateEnv
 )
 
 // start is how a pod's consumers start.

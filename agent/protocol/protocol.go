@@ -25,6 +25,14 @@ const (
 	KindSidecar = "sidecar"
 )
 
+// The environment subflow's pod webhook gives an agent-mode application whose pod a flow selects
+// when it is created: start gated ("true"), and the state after the sync timeout without a push.
+// agent.New reads them.
+const (
+	StartGatedEnv    = "SUBFLOW_START_GATED"
+	FallbackStateEnv = "SUBFLOW_FALLBACK_STATE"
+)
+
 // PathPrefix is the versioned root of every agent endpoint.
 const PathPrefix = "/subflow/v1"
 
