@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // kubectl runs kubectl as the cluster's administrator and fails the test on an error.
@@ -99,26 +98,13 @@ func namespace(t testing.TB, name string, labels ...string) {
 	})
 }
 
-// produce sends n messages "prefix-i" from the host and returns their payloads.
+// produce sends n unbatched messages "prefix-i" from the host and returns their payloads.
 func produce(t *testing.T, topic, prefix string, n int) []string {
 	t.Helper()
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: w.pulsar, Logger: log.DefaultNopLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	var sent []string
-	for i := 0; i < n; i++ {
-		payload := fmt.Sprintf("%s-%d", prefix, i)
-		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte(payload)}); err != nil {
-			t.Fatal(err)
-		}
-		sent = append(sent, payload)
+	testkit.ProduceUnbatched(t, w.pulsar, topic, prefix, n)
+	sent := make([]string, n)
+	for i := range sent {
+		sent[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return sent
 }
