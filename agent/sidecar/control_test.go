@@ -223,7 +223,7 @@ func seekWhilePaused(t *testing.T, lang string, opts pulsar.ProducerOptions) {
 	rule.Revision, rule.State = 3, protocol.Running
 	rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
 	api.push(t, "orders", rule)
-	eventually(t, "the application to receive m-5 to m-19 again", func() bool { return app.count() >= 35 })
+	app.awaitReplay(t, "the application to receive m-5 to m-19 again", func() bool { return app.count() >= 35 })
 	eventually(t, "the broker to have every acknowledgement after the replay", func() bool { return w.unacked(t, topic, "s") == 0 })
 	counts := map[string]int{}
 	for _, m := range app.messages() {
@@ -263,7 +263,7 @@ func TestPartitionedSeekExecutedBySidecar(t *testing.T) {
 		rule.Revision, rule.State = 2, protocol.Running
 		rule.Seek.Execute, rule.Seek.Succeeded, rule.Seek.Positions = false, true, seek.Positions
 		api.push(t, "orders", rule)
-		eventually(t, "the application to receive all 20 again", func() bool { return app.count() >= 40 })
+		app.awaitReplay(t, "the application to receive all 20 again", func() bool { return app.count() >= 40 })
 	})
 }
 

@@ -318,6 +318,38 @@ type peer struct {
 	ready    bool
 	failure  string
 	exited   chan struct{}
+	// droppedFrames is set when the Go client logs that a MESSAGE arrived for a consumer it
+	// has no handler for: pulsar-client-go v0.21.0 can lose a consumer's handler when the
+	// broker closes the consumer (a seek does) and the reconnect registers the handler before
+	// the connection's reader deletes the old one (apache/pulsar-client-go#1506, open). The
+	// consumer then sees nothing until its next reconnect; the broker still holds the
+	// messages, so nothing is lost, but the test cannot observe the replay.
+	droppedFrames bool
+}
+
+// clientDroppedFrames reports whether the peer's client library dropped frames for a
+// consumer it had lost track of (see droppedFrames).
+func (p *peer) clientDroppedFrames() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.droppedFrames
+}
+
+// awaitReplay waits for cond, the application receiving what a seek replays. If it has not
+// yet and the client library lost the consumer's handler, the test is skipped with the
+// upstream reason: that failure is the client's, and the seek itself was already checked.
+func (p *peer) awaitReplay(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		if p.clientDroppedFrames() {
+			t.Skipf("%s: the %s client dropped MESSAGE frames for a consumer whose handler it lost on reconnect "+
+				"(pulsar-client-go v0.21.0 race, apache/pulsar-client-go#1506); the broker still holds them", what, p.lang)
+		}
+		return false
+	})
 }
 
 type peerOptions struct {
@@ -395,9 +427,10 @@ func startPeer(t testing.TB, lang, url string, o peerOptions) *peer {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = repoRoot()
-	cmd.Stderr = &prefixWriter{t: t, prefix: lang + " peer: "}
+	p := &peer{lang: lang, cmd: cmd, exited: make(chan struct{})}
+	cmd.Stderr = &prefixWriter{t: t, prefix: lang + " peer: ", onLine: p.noteLog}
 	stdin, stdout := testkit.StartPiped(t, cmd)
-	p := &peer{lang: lang, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	p.stdin = stdin
 	go p.read(stdout)
 	t.Cleanup(p.stop)
 	eventually(t, lang+" peer "+o.name+" to subscribe", func() bool {
@@ -448,6 +481,15 @@ func (p *peer) stop() {
 	}
 }
 
+// noteLog looks at a line the peer's client library logged.
+func (p *peer) noteLog(line string) {
+	if p.lang == "go" && strings.Contains(line, "Got unexpected message") {
+		p.mu.Lock()
+		p.droppedFrames = true
+		p.mu.Unlock()
+	}
+}
+
 func (p *peer) messages() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -464,6 +506,7 @@ func (p *peer) count() int {
 type prefixWriter struct {
 	t      testing.TB
 	prefix string
+	onLine func(string) // optional
 	mu     sync.Mutex
 	buf    []byte
 }
@@ -480,6 +523,9 @@ func (w *prefixWriter) Write(b []byte) (int, error) {
 		line := string(w.buf[:i])
 		w.buf = w.buf[i+1:]
 		w.t.Log(w.prefix + line)
+		if w.onLine != nil {
+			w.onLine(line)
+		}
 	}
 	return len(b), nil
 }
