@@ -536,13 +536,15 @@ func (c *conn) pingClient(raw []byte, waiter chan struct{}) error {
 
 // closeClientConsumer writes a CLOSE_CONSUMER to the client, which subscribes again, then a
 // PING whose answer shows the client has handled the close: until then, or detachTimeout,
-// lookup answers wait (Sidecar.awaitDetaches).
+// lookup answers wait (Sidecar.awaitDetaches). The close is recorded before it is written:
+// the client's lookup may come back on another connection before this goroutine runs again.
 func (c *conn) closeClientConsumer(raw []byte) error {
-	if err := c.toClient.write(true, raw); err != nil {
-		return err
-	}
 	pong := make(chan struct{})
 	c.s.detached(pong, c)
+	if err := c.toClient.write(true, raw); err != nil {
+		c.s.forgetDetach(pong)
+		return err
+	}
 	return c.pingClient(pingFrame, pong)
 }
 

@@ -1,10 +1,12 @@
 package sidecar
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -221,5 +224,40 @@ func TestLookupHoldIsBoundedWhenSeveralClientsNeverAnswer(t *testing.T) {
 	defer s.mu.Unlock()
 	if len(s.detaching) != 0 {
 		t.Errorf("%d detaches still recorded after the wait", len(s.detaching))
+	}
+}
+
+// A close passed on to a client is recorded before it is written: a client that re-subscribes
+// at once has its lookup answered on another connection, by another goroutine, which must
+// already see the close as pending. Recorded after the write, a lookup answer could pass
+// between the two and the Go client lose its handler (CI saw it once in a partitioned seek).
+func TestClosePassedOnIsPendingBeforeTheClientReadsIt(t *testing.T) {
+	s := &Sidecar{detaching: map[chan struct{}]*conn{}, log: logr.Discard()}
+	sidecarEnd, clientEnd := net.Pipe()
+	defer sidecarEnd.Close()
+	defer clientEnd.Close()
+	c := newConn(s, 1, sidecarEnd)
+	written := make(chan error, 1)
+	go func() { written <- c.closeClientConsumer(closeConsumerCommand(7, 1)) }()
+	client := bufio.NewReader(clientEnd)
+	first, err := readFrame(client, DefaultMaxFrameSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.typ != pb.BaseCommand_CLOSE_CONSUMER {
+		t.Fatalf("the client read %v first, want CLOSE_CONSUMER", first.typ)
+	}
+	s.mu.Lock()
+	pending := len(s.detaching)
+	s.mu.Unlock()
+	if pending != 1 {
+		t.Fatalf("when the client read the close, %d closes were pending; a lookup answer would not wait", pending)
+	}
+	ping, err := readFrame(client, DefaultMaxFrameSize)
+	if err != nil || ping.typ != pb.BaseCommand_PING {
+		t.Fatalf("after the close the client read %v (%v), want PING", ping.typ, err)
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
 	}
 }
