@@ -134,12 +134,26 @@ func readPrinted(ns, selector, container string) (map[string]int, error) {
 			continue // a pod not started yet printed nothing
 		}
 		for _, line := range strings.Split(out, "\n") {
-			if _, payload, ok := strings.Cut(line, " "); ok && strings.Contains(payload, "-") {
+			if payload, ok := printedPayload(line); ok {
 				counts[payload]++
 			}
 		}
 	}
 	return counts, nil
+}
+
+// printedPayload reads one line an application printed: the example consumer prints
+// "<message id> <payload>", the stock-client peers a JSON object per event.
+func printedPayload(line string) (string, bool) {
+	if strings.HasPrefix(line, "{") {
+		var ev struct{ Event, Value string }
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.Event != "message" {
+			return "", false
+		}
+		return ev.Value, true
+	}
+	_, payload, ok := strings.Cut(line, " ")
+	return payload, ok && strings.Contains(payload, "-")
 }
 
 // missing lists the payloads in want that counts does not have.
@@ -162,6 +176,15 @@ type subscriptionStats struct {
 		ConsumerName     string `json:"consumerName"`
 		AvailablePermits int64  `json:"availablePermits"`
 	} `json:"consumers"`
+}
+
+// permits is the sum of the permits the broker holds for the subscription's consumers.
+func (s subscriptionStats) permits() int64 {
+	var n int64
+	for _, c := range s.Consumers {
+		n += c.AvailablePermits
+	}
+	return n
 }
 
 // stats reads the subscription's stats from the broker's admin API, as an operator would.

@@ -17,14 +17,13 @@ type incident struct {
 	seen                          map[string]int
 }
 
-func startIncident(t *testing.T, ns string, replicas int) *incident {
+func startIncident(t *testing.T, ns string, k consumerKind, replicas int) *incident {
 	in := &incident{ns: ns, app: "orders-worker", sub: "orders-ingest", topic: "persistent://public/default/" + ns,
 		selector: "app=orders-worker", seen: map[string]int{}}
 	namespace(t, ns)
-	brokerURL, adminURL := brokerService(t, ns)
-	apply(t, consumerDeployment(ns, in.app, replicas, brokerURL, adminURL, in.topic, in.sub))
+	k.deploy(t, ns, in.app, replicas, in.topic, in.sub, "")
 	apply(t, flow(ns, in.sub, in.app, in.topic, in.sub, "Running"))
-	kubectl(t, "rollout", "status", "deployment/"+in.app, "-n", ns, "--timeout=120s")
+	kubectl(t, "rollout", "status", "deployment/"+in.app, "-n", ns, "--timeout=180s")
 	kubectl(t, "wait", "sf/"+in.sub, "-n", ns, "--for=condition=Ready", "--timeout=120s")
 	in.before = produce(t, in.topic, "before", 20)
 	in.waitProcessed(t, in.before)
@@ -109,7 +108,7 @@ func (in *incident) watch(condition bool) (stop func() []string) {
 // resumes, even briefly, the flow's Paused condition stays True throughout, and the new leader
 // acts: the resume after it delivers every message.
 func TestIncidentPauseHeldThroughUpgradeAndLeaderLoss(t *testing.T) {
-	in := startIncident(t, "shop-incident", 2)
+	in := startIncident(t, "shop-incident", goAgent, 2)
 	stop := in.watch(true)
 
 	if _, err := w.helm(context.Background(), "upgrade", "subflow", "../charts/subflow", "-n", "subflow-system", "--reuse-values",
@@ -157,37 +156,55 @@ func leaderPod(t *testing.T) string {
 	return pod
 }
 
-// TestCrashedContainerAndDeletedPodWhilePaused: the kubelet restarts an application container
-// that crashed (killed on the node) while the flow is Paused, and the consumer stays paused; a
-// pod deleted while Paused is replaced by one that consumes nothing; after the resume the
-// messages reach the pods.
+// TestCrashedContainerAndDeletedPodWhilePaused: while the flow is Paused, a container is killed
+// on the node and the kubelet restarts it - the application for the Go agent and Python, the
+// injected sidecar for Java - and the consumer stays paused; a pod deleted while Paused is
+// replaced by one that consumes nothing; after the resume the messages reach the pods.
 func TestCrashedContainerAndDeletedPodWhilePaused(t *testing.T) {
-	in := startIncident(t, "shop-crash", 2)
-	// A replaced pod is not Paused until the controller has pushed to it: only the applications
-	// are watched here.
-	stop := in.watch(false)
+	crash := map[string]string{goAgent.name: "app", javaSidecar.name: "subflow-sidecar", pythonSidecar.name: "app"}
+	kinds(t, everyConsumer, func(t *testing.T, k consumerKind) {
+		in := startIncident(t, namespaceFor("shop-crash", k), k, 2)
+		// A replaced pod is not Paused until the controller has pushed to it: only the
+		// applications are watched here.
+		stop := in.watch(false)
+		pods := strings.Fields(kubectl(t, "get", "pods", "-n", in.ns, "-l", in.selector, "-o", "jsonpath={.items[*].metadata.name}"))
+		if err := killContainer(t, in.ns, pods[0], crash[k.name]); err != nil {
+			stop()
+			t.Fatal(err)
+		}
+		kubectl(t, "delete", "pod", pods[1], "-n", in.ns)
+		kubectl(t, "rollout", "status", "deployment/"+in.app, "-n", in.ns, "--timeout=180s")
+		eventually(t, 60*time.Second, "every pod is reported paused", func() error { return pausedColumnIs(t, in.ns, in.sub, "2/2") })
+		assertNothingProcessed(t, in.ns, in.selector, in.during, 5*time.Second)
+		if v := stop(); len(v) > 0 {
+			t.Fatalf("the pause did not hold through the crash and the deletion:\n%s", strings.Join(v, "\n"))
+		}
+		in.resume(t)
+	})
+}
 
-	pods := strings.Fields(kubectl(t, "get", "pods", "-n", in.ns, "-l", in.selector, "-o", "jsonpath={.items[*].metadata.name}"))
-	crashed := pods[0]
-	id := kubectl(t, "get", "pod", crashed, "-n", in.ns, "-o", `jsonpath={.status.containerStatuses[?(@.name=="app")].containerID}`)
-	if _, err := w.cluster.Ctr(context.Background(), "tasks", "kill", "-s", "SIGKILL", strings.TrimPrefix(strings.TrimSpace(id), "containerd://")); err != nil {
-		stop()
-		t.Fatal(err)
+// killContainer kills a pod's container on the node (SIGKILL through containerd, as a crash) and
+// waits until the kubelet has restarted it and it is ready again. Native sidecars are init
+// containers.
+func killContainer(t *testing.T, ns, pod, container string) error {
+	statuses := "containerStatuses"
+	if container == "subflow-sidecar" {
+		statuses = "initContainerStatuses"
 	}
-	eventually(t, 60*time.Second, "the kubelet restarts the killed container", func() error {
-		out := kubectl(t, "get", "pod", crashed, "-n", in.ns, "-o",
-			`jsonpath={.status.containerStatuses[?(@.name=="app")].restartCount} {.status.containerStatuses[?(@.name=="app")].ready}`)
+	field := fmt.Sprintf(`{.status.%s[?(@.name==%q)]`, statuses, container)
+	id := kubectl(t, "get", "pod", pod, "-n", ns, "-o", "jsonpath="+field+".containerID}")
+	if strings.TrimSpace(id) == "" {
+		return fmt.Errorf("pod %s has no container %s", pod, container)
+	}
+	if _, err := w.cluster.Ctr(context.Background(), "tasks", "kill", "-s", "SIGKILL", strings.TrimPrefix(strings.TrimSpace(id), "containerd://")); err != nil {
+		return err
+	}
+	eventually(t, 60*time.Second, "the kubelet restarts the killed "+container+" container", func() error {
+		out := kubectl(t, "get", "pod", pod, "-n", ns, "-o", "jsonpath="+field+".restartCount} "+field+".ready}")
 		if strings.TrimSpace(out) != "1 true" {
 			return fmt.Errorf("restartCount and ready: %q", out)
 		}
 		return nil
 	})
-	kubectl(t, "delete", "pod", pods[1], "-n", in.ns)
-	kubectl(t, "rollout", "status", "deployment/"+in.app, "-n", in.ns, "--timeout=120s")
-	eventually(t, 60*time.Second, "every pod is reported paused", func() error { return pausedColumnIs(t, in.ns, in.sub, "2/2") })
-	assertNothingProcessed(t, in.ns, in.selector, in.during, 5*time.Second)
-	if v := stop(); len(v) > 0 {
-		t.Fatalf("the pause did not hold through the crash and the deletion:\n%s", strings.Join(v, "\n"))
-	}
-	in.resume(t)
+	return nil
 }

@@ -11,8 +11,8 @@ import (
 // by broker-entry index replays from that message; the fleet switch pauses the flows of two
 // namespaces by label and kubectl wait sees both Paused; clear lets both run again.
 func TestPluginSeekFleetAndWait(t *testing.T) {
-	a := startIncident(t, "shop-fleet-a", 1)
-	b := startIncident(t, "shop-fleet-b", 1)
+	a := startIncident(t, "shop-fleet-a", goAgent, 1)
+	b := startIncident(t, "shop-fleet-b", pythonSidecar, 1)
 	for _, in := range []*incident{a, b} {
 		kubectl(t, "label", "sf", in.sub, "-n", in.ns, "db=orders")
 		in.resume(t)

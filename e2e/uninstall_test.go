@@ -16,7 +16,7 @@ import (
 // controller, and the CRD, which the chart keeps, goes last. It runs last: the file's name sorts
 // after every other test file's, and go test runs files in that order.
 func TestUninstallReleasesPodsFirst(t *testing.T) {
-	in := startIncident(t, "shop-uninstall", 2)
+	in := startIncident(t, "shop-uninstall", goAgent, 2)
 	kubectl(t, "delete", "sf", "--all", "-n", in.ns, "--wait", "--timeout=60s")
 	in.waitProcessed(t, in.during)
 
@@ -42,7 +42,7 @@ func TestUninstallReleasesPodsFirst(t *testing.T) {
 func TestKustomizeDeployAndUndeploy(t *testing.T) {
 	makeTarget(t, "deploy", "IMG="+image("subflow-controller"))
 	kubectl(t, "wait", "deployment", "--all", "-n", "subflow-system", "--for=condition=Available", "--timeout=180s")
-	in := startIncident(t, "shop-kustomize", 1)
+	in := startIncident(t, "shop-kustomize", goAgent, 1)
 	in.resume(t)
 	extra := produce(t, in.topic, "undeploy", 5)
 	kubectl(t, "patch", "sf", in.sub, "-n", in.ns, "--type", "merge", "-p", `{"spec":{"state":"Paused"}}`)

@@ -21,7 +21,7 @@ command -v kubectl >/dev/null || { echo "e2e: kubectl is needed on PATH" >&2; ex
 binaries=$(hack/e2e/node-binaries.sh)
 images=dist/e2e-images
 echo "e2e: building the images into $images" >&2
-go run ./hack/images -registry subflow.local -tag e2e -out "$images" controller sidecar example-consumer pause
+go run ./hack/images -registry subflow.local -tag e2e -out "$images" controller sidecar example-consumer pause java-peer python-peer
 # The same controller under a second tag: the upgrade during an incident (helm upgrade).
 go run ./hack/images -registry subflow.local -tag e2e-next -out "$images/next" controller
 hack/pulsar/pulsar.sh classpath
