@@ -66,6 +66,7 @@ type Consumer struct {
 
 	// The session, guarded by mu.
 	inner  pulsar.Consumer // the client's consumer, nil while unsubscribed
+	broker *brokerSession  // what is known of inner's connection to the broker
 	closed bool            // Close or Unsubscribe ended the consumer for good
 	// seeking: a seek by index has the consumer unsubscribed while it resets cursors (seek.go);
 	// seekWant is the state wished for meanwhile, which the consumer reports and returns to.
@@ -177,6 +178,9 @@ type liveInner struct{ pulsar.Consumer }
 // full (newSource).
 func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.ConsumerMessage, plugged bool) {
 	c.inner = inner
+	if inner == nil {
+		c.broker = nil
+	}
 	c.plug.use(src, plugged)
 	if inner == nil {
 		c.live.Store(nil)
@@ -196,7 +200,7 @@ func (c *Consumer) endLocked() {
 func (c *Consumer) Status() protocol.ConsumerStatus {
 	c.mu.Lock()
 	defer c.unlockGate()
-	return protocol.ConsumerStatus{
+	st := protocol.ConsumerStatus{
 		Topic:               c.topic,
 		Subscription:        c.opts.SubscriptionName,
 		Name:                c.opts.Name,
@@ -204,8 +208,22 @@ func (c *Consumer) Status() protocol.ConsumerStatus {
 		Since:               c.since,
 		HeldMessages:        int64(c.heldCountLocked()),
 		ReceivedWhilePaused: c.receivedWhilePaused,
-		Connected:           c.inner != nil,
 	}
+	st.Connected, st.LastConnected, st.ReconnectingSince = c.brokerStateLocked()
+	return st
+}
+
+// brokerStateLocked reports whether the client's consumer is connected, as far as the agent
+// can tell (brokerSession), when it last connected, and since when it has been reconnecting.
+func (c *Consumer) brokerStateLocked() (connected bool, last, reconnectingSince *time.Time) {
+	if c.inner == nil || c.broker == nil {
+		return c.inner != nil, nil, nil
+	}
+	at, since := c.broker.state()
+	if since.IsZero() {
+		return true, &at, nil
+	}
+	return false, &at, &since
 }
 
 // Topic is the topic, the comma-separated topics or the pattern the consumer was created for.

@@ -220,15 +220,19 @@ func (c *Consumer) ensureSubscribed() error {
 	opts.MessageChannel = src
 	opts.Topics = slices.Clone(c.opts.Topics) // the client rewrites topic names in place
 	clientNackOptions(&opts)                  // the agent owns the nack delay (nack.go)
+	broker := newBrokerSession(time.Now)
+	opts.BackOffPolicyFunc = broker.policyFunc(c.opts.BackOffPolicyFunc)
 	inner, err := c.client.Subscribe(opts)
 	if err != nil {
 		return err
 	}
+	broker.subscribed()
 	if p, ok := inner.(nativePauser); ok {
 		p.Pause() // the gate is closed until the caller opens it
 	}
 	c.mu.Lock()
 	c.setInnerLocked(inner, src, plugged)
+	c.broker = broker
 	c.unlockGate()
 	c.log.Info("Consumer subscribed")
 	return nil

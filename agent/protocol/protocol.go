@@ -290,7 +290,15 @@ type ConsumerStatus struct {
 	HeldMessages int64 `json:"heldMessages"`
 	// ReceivedWhilePaused counts messages the client pushed to the gate while it was closed.
 	ReceivedWhilePaused int64 `json:"receivedWhilePaused"`
-	Connected           bool  `json:"connected"`
+	// Connected: the consumer is subscribed and, as far as the agent knows, reaches the broker.
+	// An agent reports false while the client's attempts to reconnect fail; a sidecar, while it
+	// has no broker connection for the consumer.
+	Connected bool `json:"connected"`
+	// LastConnected is when the consumer last subscribed or reconnected (agent pods).
+	LastConnected *time.Time `json:"lastConnected,omitempty"`
+	// ReconnectingSince is set while the client fails to reach the broker for this consumer:
+	// when its reconnect began (agent pods).
+	ReconnectingSince *time.Time `json:"reconnectingSince,omitempty"`
 }
 
 // SeekState is the progress of one seek ID on an agent.

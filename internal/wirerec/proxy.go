@@ -51,7 +51,8 @@ type Options struct {
 // Proxy is a running recorder.
 type Proxy struct {
 	opts     Options
-	ln       net.Listener
+	ln       net.Listener // guarded by mu once started (Outage replaces it)
+	addr     string
 	upstream string // host:port
 
 	mu       sync.Mutex
@@ -67,6 +68,7 @@ type Proxy struct {
 	ended    []Connection
 	nextConn uint64
 	closed   bool
+	down     bool // an outage: the listener is closed (Outage)
 
 	wg sync.WaitGroup
 }
@@ -103,8 +105,9 @@ func Start(upstream string, opts ...Options) (*Proxy, error) {
 		brokers:  map[string]bool{host: true},
 		conns:    map[uint64]*proxyConn{},
 	}
+	p.addr = ln.Addr().String()
 	p.wg.Add(1)
-	go func() { defer p.wg.Done(); p.acceptLoop() }()
+	go func() { defer p.wg.Done(); p.acceptLoop(ln) }()
 	return p, nil
 }
 
@@ -144,7 +147,7 @@ func hostPort(addr string) (string, error) {
 }
 
 // Addr is the proxy's host:port.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // ServiceURL is the URL to give pulsar.ClientOptions.URL.
 func (p *Proxy) ServiceURL() string { return "pulsar://" + p.Addr() }
@@ -162,8 +165,12 @@ func (p *Proxy) Close() error {
 	for _, c := range p.conns {
 		conns = append(conns, c)
 	}
+	ln := p.ln
 	p.mu.Unlock()
-	err := p.ln.Close()
+	err := ln.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // closed by an outage
+	}
 	for _, c := range conns {
 		c.close()
 	}
@@ -183,6 +190,33 @@ func (p *Proxy) DropConnections() {
 	for _, c := range conns {
 		c.close()
 	}
+}
+
+// Outage makes the broker unreachable through the proxy, as a broker that is down: while on,
+// the proxy's port refuses connections and the open ones are dropped; off, it listens again on
+// the same address.
+func (p *Proxy) Outage(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.down == on {
+		return nil
+	}
+	if on {
+		p.down = true
+		err := p.ln.Close()
+		for _, c := range p.conns {
+			go c.close()
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.ln, p.down = ln, false
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); p.acceptLoop(ln) }()
+	return nil
 }
 
 // Connection describes one proxied client connection.
@@ -209,9 +243,9 @@ func (p *Proxy) Connections() []Connection {
 	return out
 }
 
-func (p *Proxy) acceptLoop() {
+func (p *Proxy) acceptLoop(ln net.Listener) {
 	for {
-		nc, err := p.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
