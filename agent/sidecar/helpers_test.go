@@ -315,9 +315,11 @@ type peer struct {
 
 	mu       sync.Mutex
 	received []string
-	ready    bool
-	failure  string
-	exited   chan struct{}
+	// receivedAt is when the application got each message (the peer's clock, this machine's).
+	receivedAt []time.Time
+	ready      bool
+	failure    string
+	exited     chan struct{}
 	// droppedFrames is set when the Go client logs that a MESSAGE arrived for a consumer it
 	// has no handler for: pulsar-client-go v0.21.0 loses a consumer's handler when its
 	// re-subscribe beats the reader's removal of the closed one, unless the sidecar holds the
@@ -333,7 +335,8 @@ func (p *peer) clientDroppedFrames() bool {
 	return p.droppedFrames
 }
 
-// awaitReplay waits for cond, the application receiving what a seek replays, and fails at
+// awaitReplay waits for cond, the application receiving what follows a seek or a strict
+// pause (both close the client's consumer, which subscribes again), and fails at
 // once, naming the cause, if the client dropped frames: the sidecar did not shield it.
 func (p *peer) awaitReplay(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -445,7 +448,10 @@ func (p *peer) read(stdout io.Reader) {
 	defer close(p.exited)
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
-		var ev struct{ Event, Value, ID string }
+		var ev struct {
+			Event, Value, ID string
+			AtMicros         int64
+		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue // a line the client library printed
 		}
@@ -455,6 +461,7 @@ func (p *peer) read(stdout io.Reader) {
 			p.ready = true
 		case "message":
 			p.received = append(p.received, ev.Value)
+			p.receivedAt = append(p.receivedAt, time.UnixMicro(ev.AtMicros))
 		}
 		p.mu.Unlock()
 	}
@@ -491,6 +498,20 @@ func (p *peer) messages() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.received...)
+}
+
+// receivedAfter counts the messages the application got after t, by its own clock: a line it
+// printed before t may still be on its way through the pipe.
+func (p *peer) receivedAfter(t time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, at := range p.receivedAt {
+		if at.After(t) {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *peer) count() int {

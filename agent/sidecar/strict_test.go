@@ -44,7 +44,7 @@ func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 
 		mark := w.rec.Mark()
 		setState(t, c, protocol.Paused)
-		atPause := app.count()
+		paused := time.Now()
 		eventually(t, "the client to subscribe again and ask for permits", func() bool { return c.Counts().Owed > 0 })
 		onWire := wirerec.Filter{Subscription: "s", ConsumerName: name, Since: mark}
 		if permits := w.rec.Permits(onWire); permits != 0 {
@@ -57,18 +57,18 @@ func TestStrictPauseTakesBackTheClientsBuffer(t *testing.T) {
 			t.Errorf("the client's SUBSCRIBE reached the broker: %+v", subs)
 		}
 		sent = append(sent, produceUnbatched(t, producer, topic, "m", 100, 120)...)
-		late := app.count() - atPause
+		late := app.receivedAfter(paused)
 		if late > strictLeakBound[lang] {
 			t.Errorf("the application received %d messages after the strict pause returned; %s's bound is %d", late, lang, strictLeakBound[lang])
 		}
-		t.Logf("%s: %d received before the pause, %d after it returned (bound %d), %d held", lang, atPause, late, strictLeakBound[lang], c.Counts().Held)
+		t.Logf("%s: %d received in all, %d after the pause returned (bound %d), %d held", lang, app.count(), late, strictLeakBound[lang], c.Counts().Held)
 
 		setState(t, c, protocol.Running)
 		// The request was written before SetState returned; the recorder reads it a moment later.
 		eventually(t, "the sidecar's redelivery request on resume", func() bool {
 			return len(w.rec.Events(onWire, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)) > 0
 		})
-		eventually(t, "every message to reach the application after resume", func() bool { return len(missing(sent, app.messages())) == 0 })
+		app.awaitReplay(t, "every message to reach the application after resume", func() bool { return len(missing(sent, app.messages())) == 0 })
 	})
 }
 

@@ -64,7 +64,8 @@ func run(url, topic, subscription, subType, name string, queue int, delay time.D
 		if err != nil {
 			return nil // stdin closed
 		}
-		out.emit(map[string]string{"event": "message", "value": string(msg.Payload()), "id": msg.ID().String()})
+		at := time.Now().UnixMicro() // when the application got it, before printing
+		out.emit(map[string]any{"event": "message", "value": string(msg.Payload()), "id": msg.ID().String(), "atMicros": at})
 		time.Sleep(delay) // the application's work on the message
 		_ = consumer.Ack(msg)
 	}

@@ -62,7 +62,8 @@ def main():
             msg = consumer.receive(timeout_millis=1000)
         except pulsar.Timeout:
             continue
-        emit(lock, {"event": "message", "value": msg.data().decode("utf-8"), "id": str(msg.message_id())})
+        at = time.time_ns() // 1000  # when the application got it, before printing
+        emit(lock, {"event": "message", "value": msg.data().decode("utf-8"), "id": str(msg.message_id()), "atMicros": at})
         if args.delay_ms:
             time.sleep(args.delay_ms / 1000)
         consumer.acknowledge(msg)

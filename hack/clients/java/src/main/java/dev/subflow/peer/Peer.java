@@ -3,6 +3,8 @@ package dev.subflow.peer;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -61,11 +63,15 @@ public final class Peer {
       if (msg == null) {
         continue;
       }
+      // When the application got it, before printing.
+      long atMicros = ChronoUnit.MICROS.between(Instant.EPOCH, Instant.now());
       emit(
           "{\"event\":\"message\",\"value\":"
               + quote(new String(msg.getData(), StandardCharsets.UTF_8))
               + ",\"id\":"
               + quote(msg.getMessageId().toString())
+              + ",\"atMicros\":"
+              + atMicros
               + "}");
       if (delayMs > 0) {
         Thread.sleep(delayMs);
