@@ -2,7 +2,9 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,22 +75,22 @@ func TestInjectedAgentPodIsPausedByAFlow(t *testing.T) {
 // for the sidecar, created with only its application container, gets the native sidecar; run
 // with the arguments injected, the sidecar binary is reached by the controller, and a flow
 // pauses the application's consumer behind it: the status names the pod a sidecar with its
-// consumer Paused and what the broker sends meanwhile stays in the sidecar. The test plays
-// the kubelet (the token file, the pod's IP) and the pod's network namespace (the sidecar's
-// data listener moves off port 6650, which tests running at once would share).
+// consumer Paused and what the broker sends meanwhile stays in the sidecar. The flow runs
+// until the status counts the consumer, so its first permits reach the broker before the
+// pause and the broker has messages to send (a pod born into a paused flow is sent nothing:
+// TestPodBornIntoAFlowStartsGated). The test plays the kubelet (the token file, the pod's IP)
+// and the pod's network namespace (the sidecar's data listener moves off port 6650, which
+// tests running at once would share).
 func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 	broker, ns := startOnboarding(t)
 	brokerConfig(t, ns, map[string]string{webhooks.BrokerURLKey: broker.ServiceURL()})
 
-	f := createPausedFlow(t, ns)
+	f := createFlow(t, ns, subflowv1.StateRunning)
 
 	root := t.TempDir()
 	controlPort, dataAddr := testkit.FreePort(t), fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	pod := appPod(ns, map[string]string{"app": "orders-worker", webhooks.InjectLabel: webhooks.ModeSidecar},
-		// Ungated: the consumer's first permits pass before the pause, so the broker sends
-		// messages for the sidecar to hold (a pod born into the paused flow would start gated
-		// and be sent nothing: TestPodBornIntoAFlowStartsGated).
-		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort), webhooks.StartGatedAnnotation: "false"})
+		map[string]string{webhooks.AgentPortAnnotation: strconv.Itoa(controlPort)})
 	pod.GenerateName, pod.Name = "", "orders-worker-0"
 	stored := create(t, k8s, pod)
 	if len(stored.Spec.InitContainers) != 1 {
@@ -100,6 +102,20 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 
 	app := consumeThrough(t, "pulsar://"+dataAddr, "orders", "orders-ingest")
 	var got subflowv1.SubscriptionFlow
+	eventually(t, func() error {
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(f), &got); err != nil {
+			return err
+		}
+		if a := got.Status.Agents; len(a) != 1 || a[0].State != string(protocol.Running) || a[0].Consumers != 1 {
+			poke(t, f)
+			return fmt.Errorf("agents %+v, want the pod with 1 consumer Running", a)
+		}
+		if permits := brokerPermits(t, broker.AdminURL(), "orders", "orders-ingest"); permits == 0 {
+			return fmt.Errorf("the broker holds no permit of the consumer yet")
+		}
+		return nil
+	})
+	setState(t, f, subflowv1.StatePaused)
 	eventually(t, func() error {
 		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(f), &got); err != nil {
 			return err
@@ -124,6 +140,32 @@ func TestInjectedSidecarPodIsPausedByAFlow(t *testing.T) {
 	if n := app.received(); n != 0 {
 		t.Fatalf("the application received %d messages while its flow is paused", n)
 	}
+}
+
+// brokerPermits reads from the broker's topic stats the permits its consumers of the
+// subscription hold.
+func brokerPermits(t *testing.T, adminURL, topic, subscription string) int64 {
+	t.Helper()
+	resp, err := http.Get(adminURL + "/admin/v2/persistent/public/default/" + topic + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var stats struct {
+		Subscriptions map[string]struct {
+			Consumers []struct {
+				AvailablePermits int64 `json:"availablePermits"`
+			} `json:"consumers"`
+		} `json:"subscriptions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+		t.Fatalf("topic stats: %s: %v", resp.Status, err)
+	}
+	var permits int64
+	for _, c := range stats.Subscriptions[subscription].Consumers {
+		permits += c.AvailablePermits
+	}
+	return permits
 }
 
 // rooted moves the file arguments of the injected sidecar under root, where runAsKubelet puts
@@ -244,13 +286,28 @@ func startOnboarding(t *testing.T) (*pulsartest.Broker, string) {
 // createPausedFlow creates in ns a Paused flow for the pods labelled app=orders-worker.
 func createPausedFlow(t *testing.T, ns string) *subflowv1.SubscriptionFlow {
 	t.Helper()
+	return createFlow(t, ns, subflowv1.StatePaused)
+}
+
+// createFlow creates in ns a flow in the given state for the pods labelled app=orders-worker.
+func createFlow(t *testing.T, ns string, state subflowv1.FlowState) *subflowv1.SubscriptionFlow {
+	t.Helper()
 	f := flow(ns, nil)
 	f.Spec.Selector.MatchLabels = map[string]string{"app": "orders-worker"}
-	f.Spec.State = subflowv1.StatePaused
+	f.Spec.State = state
 	if err := k8s.Create(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// setState patches the flow's spec.state, as kubectl patch does during an incident.
+func setState(t *testing.T, f *subflowv1.SubscriptionFlow, state subflowv1.FlowState) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"state":%q}}`, state)
+	if err := k8s.Patch(context.Background(), f, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startReconciler runs the SubscriptionFlow controller as main.go does, as the controller's
