@@ -120,30 +120,11 @@ func namesAgentPort(pod *corev1.Pod, spec subflowv1.AgentSpec) bool {
 	return ok
 }
 
+// containerPort is the port named name where an agent can serve it (subflowv1.ContainerPortOf,
+// the rule the pod webhook applies too).
 func containerPort(pod *corev1.Pod, name string) (int32, bool) {
-	for _, c := range pod.Spec.Containers {
-		if port, ok := namedPort(c, name); ok {
-			return port, true
-		}
-	}
-	// A native sidecar (an init container that keeps running) serves the sidecar's control port.
-	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			if port, ok := namedPort(c, name); ok {
-				return port, true
-			}
-		}
-	}
-	return 0, false
-}
-
-func namedPort(c corev1.Container, name string) (int32, bool) {
-	for _, p := range c.Ports {
-		if p.Name == name {
-			return p.ContainerPort, true
-		}
-	}
-	return 0, false
+	_, port, ok := subflowv1.ContainerPortOf(pod, name)
+	return port, ok
 }
 
 // podEvents maps pod events to the flows that select the pod, before or after the change, or

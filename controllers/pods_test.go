@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,4 +47,17 @@ func sidecarPod(policy corev1.ContainerRestartPolicy) *corev1.Pod {
 	}
 	return &corev1.Pod{Spec: corev1.PodSpec{InitContainers: []corev1.Container{init}, Containers: []corev1.Container{{Name: "app"}}},
 		Status: corev1.PodStatus{PodIP: "10.0.0.7"}}
+}
+
+// A pod whose control port is on an init container that ends is told why the default port was
+// tried: that container serves nothing once the application runs.
+func TestWiringProblemsNamePortOnPlainInitContainer(t *testing.T) {
+	problems := wiringProblems(sidecarPod(""), &subflowv1.SubscriptionFlow{}, nil)
+	want := `init container subflow-sidecar declares "subflow" but is not a native sidecar (restartPolicy Always)`
+	if len(problems) != 1 || !strings.Contains(problems[0], want) {
+		t.Fatalf("wiringProblems = %q, want one naming: %s", problems, want)
+	}
+	if problems := wiringProblems(sidecarPod(corev1.ContainerRestartPolicyAlways), &subflowv1.SubscriptionFlow{}, nil); len(problems) != 0 {
+		t.Errorf("a native sidecar's port: wiringProblems = %q, want none", problems)
+	}
 }

@@ -26,8 +26,7 @@ func wiringProblems(pod *corev1.Pod, flow *subflowv1.SubscriptionFlow, pushErr e
 			"delete the pod so that it is created again", subflowv1.InjectLabel, mode))
 	}
 	if !namesAgentPort(pod, flow.Spec.Agent) {
-		problems = append(problems, fmt.Sprintf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), "+
-			"so the default port %d was tried", protocol.PortName, protocol.TLSPortName, protocol.DefaultPort))
+		problems = append(problems, noAgentPort(pod))
 	}
 	// A pod that does not read the token is the cause only of a refused token.
 	if secret, _ := tokenRef(flow); IsUnauthorized(pushErr) && !usesSecret(pod, secret) {
@@ -35,6 +34,20 @@ func wiringProblems(pod *corev1.Pod, flow *subflowv1.SubscriptionFlow, pushErr e
 			"label it %s=agent or sidecar (docs/onboarding.md)", secret, subflowv1.InjectLabel))
 	}
 	return problems
+}
+
+// noAgentPort says why the default port was tried, naming a plain init container that declares
+// the control port: it has exited before the application starts (subflowv1.ContainerPortOf).
+func noAgentPort(pod *corev1.Pod) string {
+	msg := fmt.Sprintf("the pod declares no container port named %q (nor %q, nor the flow's spec.agent.port), "+
+		"so the default port %d was tried", protocol.PortName, protocol.TLSPortName, protocol.DefaultPort)
+	for _, name := range []string{protocol.PortName, protocol.TLSPortName} {
+		if init, ok := subflowv1.PortOnPlainInitContainer(pod, name); ok {
+			return msg + fmt.Sprintf(": init container %s declares %q but is not a native sidecar (restartPolicy Always), "+
+				"so it serves nothing once the application runs", init, name)
+		}
+	}
+	return msg
 }
 
 // usesSecret reports whether the pod mounts the Secret or reads it into an env var.

@@ -176,6 +176,9 @@ func wire(pod *corev1.Pod, w wiring) *skip {
 	if err != nil {
 		return err
 	}
+	if err := portOnPlainInit(pod); err != nil {
+		return err
+	}
 	if err := ensureVolume(pod, secretVolume(TokenVolume, TokenSecret, TokenKey)); err != nil {
 		return err
 	}
@@ -282,24 +285,37 @@ func describeEnv(e corev1.EnvVar) string {
 	return e.Value
 }
 
-// ensurePort names the control port in c. The controller finds an agent by that name in any
-// container, so a same-named port elsewhere counts too.
+// ensurePort names the control port in c. The controller finds an agent by that name where an
+// agent can serve it (subflowv1.ContainerPortOf), so a same-named port there counts too.
 func ensurePort(pod *corev1.Pod, c *corev1.Container, port int32) *skip {
+	if other, have, ok := subflowv1.ContainerPortOf(pod, protocol.PortName); ok {
+		if have == port {
+			return nil
+		}
+		return skipped(ReasonConflict, "container %s already declares port %s as %d, not %d (set annotation %s: \"%d\" to use it)",
+			other, protocol.PortName, have, port, AgentPortAnnotation, have)
+	}
 	for _, other := range allContainers(pod) {
 		for _, have := range other.Ports {
-			switch {
-			case have.Name == protocol.PortName && have.ContainerPort == port:
-				return nil
-			case have.Name == protocol.PortName:
-				return skipped(ReasonConflict, "container %s already declares port %s as %d, not %d (set annotation %s: \"%d\" to use it)",
-					other.Name, have.Name, have.ContainerPort, port, AgentPortAnnotation, have.ContainerPort)
-			case have.ContainerPort == port:
+			if have.ContainerPort == port {
 				return skipped(ReasonConflict, "container %s already uses port %d for %q (set annotation %s to another port)",
 					other.Name, port, have.Name, AgentPortAnnotation)
 			}
 		}
 	}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: protocol.PortName, ContainerPort: port, Protocol: corev1.ProtocolTCP})
+	return nil
+}
+
+// portOnPlainInit refuses a pod whose plain init container declares the control port: the
+// controller never looks there (subflowv1.ContainerPortOf), as that container has exited before
+// the application starts, so it would push to another port and never reach the agent.
+func portOnPlainInit(pod *corev1.Pod) *skip {
+	if init, ok := subflowv1.PortOnPlainInitContainer(pod, protocol.PortName); ok {
+		return skipped(ReasonConflict, "init container %s declares port %s but is not a native sidecar (restartPolicy Always): "+
+			"it has exited before the application starts, so the controller never looks for the agent there; "+
+			"remove the port from it (injection declares it where the agent runs)", init, protocol.PortName)
+	}
 	return nil
 }
 
@@ -314,7 +330,7 @@ func ensureSidecar(pod *corev1.Pod, want corev1.Container, port int32) *skip {
 		if have.Name != want.Name {
 			continue
 		}
-		if have.RestartPolicy == nil || *have.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		if !subflowv1.NativeSidecar(have) {
 			return skipped(ReasonConflict, "init container %s is already declared and is not a sidecar (restartPolicy Always)", want.Name)
 		}
 		return nil

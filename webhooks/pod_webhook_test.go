@@ -242,6 +242,12 @@ func TestPodKeepsWhatItDeclares(t *testing.T) {
 		{"port 9470 taken", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 9470}}
 		}, `Conflict: container app already uses port 9470 for "http"`},
+		// The controller looks for the control port only where an agent can serve it: a plain
+		// init container has exited before the application starts.
+		{"port subflow on a plain init container", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "migrate:1",
+				Ports: []corev1.ContainerPort{{Name: "subflow", ContainerPort: 9470}}}}
+		}, "Conflict: init container migrate declares port subflow but is not a native sidecar (restartPolicy Always)"},
 		{"volume of the same name from a ConfigMap", func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "subflow-token", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}}}}
