@@ -9,12 +9,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -39,6 +42,7 @@ func main() {
 
 type config struct {
 	opts                 sidecar.Options
+	tlsCAFile            string
 	controlAddr          string
 	tokenFile            string
 	tokenGrace           time.Duration
@@ -52,7 +56,7 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("subflow-sidecar", flag.ContinueOnError)
 	fs.StringVar(&c.opts.BrokerURL, "broker-url", os.Getenv("PULSAR_BROKER_URL"), "the cluster's service URL, pulsar://host:port or pulsar+ssl://host:port (default $PULSAR_BROKER_URL)")
-	fs.StringVar(&c.opts.TLSCAFile, "tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (pulsar+ssl; default the system's roots)")
+	fs.StringVar(&c.tlsCAFile, "tls-ca-file", "", "PEM file of the CAs that sign the brokers' certificates (pulsar+ssl) and the admin API's (https --admin-url); default the system's roots")
 	fs.StringVar(&c.opts.ListenAddr, "listen", sidecar.DefaultListenAddr, "data listener for the application's client; loopback unless --allow-non-loopback")
 	fs.BoolVar(&c.opts.AllowNonLoopback, "allow-non-loopback", false, "permit a --listen address that is not loopback (clients talk plaintext to the sidecar)")
 	fs.IntVar(&c.opts.MaxFrameSize, "max-frame-size", sidecar.DefaultMaxFrameSize, "largest frame accepted in either direction, in bytes; raise it with the broker's maxMessageSize")
@@ -94,10 +98,38 @@ func parseFlags(args []string) (config, error) {
 	if c.tokenGrace < 0 {
 		return c, fmt.Errorf("--token-grace %s: want 0 (off) or more", c.tokenGrace)
 	}
+	if err := c.applyTLSCAFile(); err != nil {
+		return c, err
+	}
 	if c.opts.Name == "" {
 		c.opts.Name, _ = os.Hostname()
 	}
 	return c, nil
+}
+
+// applyTLSCAFile gives --tls-ca-file to whichever of the brokers and the admin API speak TLS: a
+// namespace's one CA bundle serves both, also when only the admin API is https. A CA file that
+// nothing uses is a mistake worth stopping for.
+func (c *config) applyTLSCAFile() error {
+	if c.tlsCAFile == "" {
+		return nil
+	}
+	brokerTLS, adminTLS := scheme(c.opts.BrokerURL) == "pulsar+ssl", scheme(c.adminURL) == "https"
+	if !brokerTLS && !adminTLS {
+		return fmt.Errorf("--tls-ca-file %s is given but neither --broker-url is pulsar+ssl:// nor --admin-url https://", c.tlsCAFile)
+	}
+	if brokerTLS {
+		c.opts.TLSCAFile = c.tlsCAFile
+	}
+	return nil
+}
+
+func scheme(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme // lower case
 }
 
 // controlOptions are the control server's options from the flags.
@@ -135,8 +167,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	admin, err := agent.New(agent.Options{Name: cfg.opts.Name, AdminURL: cfg.adminURL,
-		AdminAuth: bearerFromFile(cfg.adminCredentialsFile), BacklogRefresh: cfg.backlogRefresh, Logger: log.WithName("admin")})
+	admin, err := cfg.adminAgent(log)
 	if err != nil {
 		return err
 	}
@@ -164,6 +195,36 @@ func run(args []string) error {
 	err = g.Wait()
 	log.Info("Stopped")
 	return err
+}
+
+// adminAgent reads backlogs and executes seeks through the admin API at --admin-url, trusting
+// --tls-ca-file for an https one.
+func (c config) adminAgent(log logr.Logger) (*agent.Agent, error) {
+	var hc *http.Client
+	if c.tlsCAFile != "" && scheme(c.adminURL) == "https" {
+		var err error
+		if hc, err = httpsClient(c.tlsCAFile); err != nil {
+			return nil, fmt.Errorf("--admin-url: %w", err)
+		}
+	}
+	return agent.New(agent.Options{Name: c.opts.Name, AdminURL: c.adminURL, AdminHTTPClient: hc,
+		AdminAuth: bearerFromFile(c.adminCredentialsFile), BacklogRefresh: c.backlogRefresh, Logger: log.WithName("admin")})
+}
+
+// httpsClient verifies servers against the CAs in caFile only, as the brokers are verified
+// (sidecar.Options.TLSCAFile); read once, at start.
+func httpsClient(caFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", caFile)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: transport}, nil
 }
 
 // bearerFromFile presents the token in file to the admin API, read at every call so that a

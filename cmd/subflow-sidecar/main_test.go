@@ -37,6 +37,9 @@ func TestFlags(t *testing.T) {
 		{name: "unknown fallback", args: []string{"--broker-url", "pulsar://b:6650", "--fallback-state", "Pausd"}, wantErr: "want Running, Paused or Stopped"},
 		{name: "token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "30s"}},
 		{name: "client limits", args: []string{"--broker-url", "pulsar://b:6650", "--max-connections", "16", "--frame-timeout", "5s", "--frame-memory", "8388608"}},
+		{name: "CA for an https admin API", args: []string{"--broker-url", "pulsar://b:6650", "--admin-url", "https://a:8443", "--tls-ca-file", "/ca.crt"}},
+		{name: "CA for TLS brokers", args: []string{"--broker-url", "pulsar+ssl://b:6651", "--tls-ca-file", "/ca.crt"}},
+		{name: "CA nothing uses", args: []string{"--broker-url", "pulsar://b:6650", "--admin-url", "http://a:8080", "--tls-ca-file", "/ca.crt"}, wantErr: "--tls-ca-file"},
 		{name: "negative token grace", args: []string{"--broker-url", "pulsar://b:6650", "--token-grace", "-1s"}, wantErr: "--token-grace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
