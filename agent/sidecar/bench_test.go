@@ -3,18 +3,23 @@ package sidecar
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testkit"
 )
@@ -24,63 +29,144 @@ import (
 // the sidecar, side by side in the same run.
 type benchEnv struct {
 	direct, sidecar string // service URLs
+	control         string // the sidecar's control API, http://host:port
 	pid             int    // the sidecar's process
+	stop            func() // kills it
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	e := &benchEnv{direct: os.Getenv("PULSAR_URL")}
-	if e.direct == "" {
-		e.direct = pulsartest.Start(b).ServiceURL()
+	broker := os.Getenv("PULSAR_URL")
+	if broker == "" {
+		broker = pulsartest.Start(b).ServiceURL()
 	}
+	return startSidecarProcess(b, buildSidecar(b), broker)
+}
+
+// buildSidecar builds the sidecar binary as the image does (hack/images): the binary's pages
+// are part of the process's RSS.
+func buildSidecar(b *testing.B) string {
+	b.Helper()
 	bin := filepath.Join(b.TempDir(), "subflow-sidecar")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/subflow-sidecar")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/subflow-sidecar")
 	build.Dir = repoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the sidecar: %v: %s", err, out)
 	}
+	return bin
+}
+
+// startSidecarProcess runs the sidecar binary in front of broker until stop is called or the
+// benchmark ends, and returns once it serves.
+func startSidecarProcess(b *testing.B, bin, broker string) *benchEnv {
+	b.Helper()
 	token := filepath.Join(b.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("bench"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(b))
-	cmd := exec.Command(bin, "--broker-url", e.direct, "--listen", listen, "--control-addr", "127.0.0.1:0", "--token-file", token)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
+	control := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(b))
+	cmd := exec.Command(bin, "--broker-url", broker, "--listen", listen, "--control-addr", control, "--token-file", token)
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
-	for lines.Scan() && !strings.Contains(lines.Text(), "Serving Pulsar clients") {
-	}
-	go func() {
-		for lines.Scan() {
+	var once sync.Once
+	e := &benchEnv{direct: broker, sidecar: "pulsar://" + listen, control: "http://" + control, pid: cmd.Process.Pid,
+		stop: func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }}
+	b.Cleanup(e.stop)
+	// The control API opens after the data listener: once it answers, the sidecar serves.
+	testkit.Poll{Within: waitFor, Every: 10 * time.Millisecond}.Eventually(b, "the sidecar to serve", func() bool {
+		resp, err := http.Get(e.control + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
 		}
-	}()
-	e.sidecar, e.pid = "pulsar://"+listen, cmd.Process.Pid
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
 	return e
 }
 
-// memoryMiB reads a VmHWM or VmRSS line of a process, in MiB.
-func memoryMiB(tb testing.TB, pid int, field string) float64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// heapMiB reads the sidecar's heap in use from its /metrics (the Go runtime's figure).
+func (e *benchEnv) heapMiB(b *testing.B) float64 {
+	b.Helper()
+	_, body := testkit.Request(b, http.MethodGet, e.control+"/metrics", "")
+	for line := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return v / (1 << 20)
+		}
+	}
+	b.Fatal("no go_memstats_heap_inuse_bytes in the sidecar's /metrics")
+	return 0
+}
+
+// procMemory is what /proc/PID/status says of a process's memory, in MiB: VmRSS (resident
+// now), VmHWM (the peak of VmRSS), RssAnon (its own pages: heap, stacks, runtime) and RssFile
+// (pages of its binary, which every process running it shares).
+type procMemory struct{ rss, hwm, anon, file float64 }
+
+func readProcMemory(tb testing.TB, pid int) procMemory {
+	m, err := procMemoryOf(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return m
+}
+
+func procMemoryOf(pid int) (procMemory, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return procMemory{}, err
+	}
+	var m procMemory
+	fields := map[string]*float64{"VmRSS": &m.rss, "VmHWM": &m.hwm, "RssAnon": &m.anon, "RssFile": &m.file}
 	for line := range strings.SplitSeq(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+		name, rest, _ := strings.Cut(line, ":")
+		if dst := fields[name]; dst != nil {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			if err != nil {
-				tb.Fatal(err)
+				return procMemory{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, name, err)
 			}
-			return kb / 1024
+			*dst = kb / 1024
+			delete(fields, name)
 		}
 	}
-	tb.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	if len(fields) > 0 {
+		return procMemory{}, fmt.Errorf("/proc/%d/status lacks %d of VmRSS, VmHWM, RssAnon, RssFile", pid, len(fields))
+	}
+	return m, nil
+}
+
+// sampleAnon reads a process's RssAnon every few milliseconds until the returned function is
+// called, which returns the largest value and the number of samples: the kernel keeps a peak
+// (VmHWM) only of the whole RSS, whose file part is the binary.
+func sampleAnon(pid int) (stop func() (peakMiB float64, samples int)) {
+	done := make(chan struct{})
+	var peak float64
+	var samples int
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m, err := procMemoryOf(pid); err == nil {
+				peak, samples = max(peak, m.anon), samples+1
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() (float64, int) {
+		close(done)
+		<-ended
+		return peak, samples
+	}
 }
 
 // cpuSeconds is the user and system CPU time a process has used (/proc/PID/stat).
@@ -115,7 +201,9 @@ func BenchmarkSidecarThroughput(b *testing.B) {
 	var ratios []float64
 	var took [2]time.Duration
 	rounds := max(b.N, 20)
+	idle := readProcMemory(b, e.pid)
 	cpuBefore := cpuSeconds(b, e.pid)
+	stopSampling := sampleAnon(e.pid)
 	b.ResetTimer()
 	for round := range rounds {
 		b.StopTimer()
@@ -140,12 +228,17 @@ func BenchmarkSidecarThroughput(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	peakAnon, samples := stopSampling()
 	// Everything the sidecar process did in the run (the direct rounds too, when it idles).
 	b.ReportMetric(1e6*(cpuSeconds(b, e.pid)-cpuBefore)/float64(perRound*rounds), "sidecar-cpu-µs/msg")
 	b.ReportMetric(median(ratios), "sidecar/direct")
 	b.ReportMetric(float64(perRound*rounds)/took[1].Seconds(), "sidecar-msgs/s")
 	b.ReportMetric(float64(perRound*rounds)/took[0].Seconds(), "direct-msgs/s")
-	b.ReportMetric(memoryMiB(b, e.pid, "VmHWM"), "sidecar-hwm-MiB")
+	b.ReportMetric(idle.rss, "sidecar-idle-rss-MiB")
+	b.ReportMetric(idle.anon, "sidecar-idle-anon-MiB")
+	b.ReportMetric(readProcMemory(b, e.pid).hwm, "sidecar-hwm-MiB")
+	b.ReportMetric(peakAnon, "sidecar-anon-MiB")
+	b.ReportMetric(float64(samples), "anon-samples")
 	b.ReportMetric(float64(rounds), "rounds")
 }
 
@@ -257,4 +350,79 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkSidecarAnnouncedFrames: 250 clients connect to the sidecar process, and each sends a
+// PING, then the first byte of a frame announcing the largest size, and stalls; the PONG shows
+// that the sidecar has read up to that byte. Its heap in use (its own /metrics) and memory are
+// read then. Every round is a new sidecar process, so that a round does not wait for the
+// previous one's stalled frames to time out; the figures are the largest over rounds, beside
+// the same process idle.
+func BenchmarkSidecarAnnouncedFrames(b *testing.B) {
+	const clients = 250
+	broker := pulsartest.Start(b).ServiceURL()
+	bin := buildSidecar(b)
+	rounds := max(b.N, 5)
+	var idleHeap, heap, anon, rss float64
+	b.ResetTimer()
+	for range rounds {
+		b.StopTimer()
+		e := startSidecarProcess(b, bin, broker)
+		idleHeap = max(idleHeap, e.heapMiB(b))
+		b.StartTimer()
+		conns := make([]net.Conn, clients)
+		for i := range conns {
+			conns[i] = stallOneFrame(b, strings.TrimPrefix(e.sidecar, "pulsar://"))
+		}
+		heap = max(heap, e.heapMiB(b))
+		m := readProcMemory(b, e.pid)
+		anon, rss = max(anon, m.anon), max(rss, m.rss)
+		b.StopTimer()
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+		e.stop()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(idleHeap, "idle-heap-MiB")
+	b.ReportMetric(heap, "heap-MiB")
+	b.ReportMetric(anon, "anon-MiB")
+	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(clients, "clients")
+	b.ReportMetric(float64(rounds), "rounds")
+}
+
+// stallOneFrame connects a client that sends CONNECT, a PING and one byte of a frame of the
+// largest size, and returns once the PING is answered.
+func stallOneFrame(b *testing.B, addr string) net.Conn {
+	b.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(waitFor))
+	r := bufio.NewReader(nc)
+	await := func(typ pb.BaseCommand_Type) {
+		for {
+			f, err := readFrame(r, DefaultMaxFrameSize)
+			if err != nil {
+				b.Fatalf("waiting for %v: %v", typ, err)
+			}
+			if f.typ == typ {
+				return
+			}
+		}
+	}
+	if _, err := nc.Write(connectFrame()); err != nil {
+		b.Fatal(err)
+	}
+	await(pb.BaseCommand_CONNECTED)
+	stall := binary.BigEndian.AppendUint32(slices.Clone(pingFrame), DefaultMaxFrameSize)
+	if _, err := nc.Write(append(stall, 0)); err != nil {
+		b.Fatal(err)
+	}
+	await(pb.BaseCommand_PONG)
+	return nc
 }
