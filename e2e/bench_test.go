@@ -16,6 +16,21 @@ import (
 // minRounds makes a p99 more than the maximum of a handful of samples.
 const minRounds = 30
 
+// BenchmarkSuiteSetup reports how long the suite's setup took in this process: one sample of
+// each step, as a user starting the suite meets them. The cluster's start is its components'
+// start, the images' import and the node's readiness (the node's binaries and the images were
+// built before); then the broker's start on the host, and helm install --wait of the chart with
+// two replicas.
+func BenchmarkSuiteSetup(b *testing.B) {
+	for range b.N {
+		// The steps ran once, before any test or benchmark: nothing here repeats them.
+	}
+	b.ReportMetric(w.setup.cluster.Seconds(), "cluster-start-s")
+	b.ReportMetric(w.setup.broker.Seconds(), "broker-start-s")
+	b.ReportMetric(w.setup.chart.Seconds(), "chart-install-s")
+	b.ReportMetric(1, "samples")
+}
+
 // BenchmarkPatchToEveryPodPaused measures kubectl patch -> every real pod's consumer Paused, on
 // the real cluster: 10 pods of a Deployment of the example consumer, the installed controller,
 // the broker on the host. Each pod's agent is asked for its state (GET /subflow/v1/state at the

@@ -38,6 +38,8 @@ type world struct {
 	brokerIP string
 	// brokerPort and adminPort are the broker's ports, which the Service's endpoints name.
 	brokerPort, adminPort string
+	// setup is how long each step of setting the suite up took (BenchmarkSuiteSetup).
+	setup struct{ cluster, broker, chart time.Duration }
 }
 
 var w *world
@@ -79,13 +81,16 @@ func runSuite(m *testing.M) (code int) {
 		logf("e2e: the suite took %.0fs; nothing of the cluster is left", time.Since(started).Seconds())
 	}()
 	w = &world{cluster: c}
+	w.setup.cluster = time.Since(started)
 	pluginDir, err := installPlugin()
 	defer os.RemoveAll(pluginDir)
 	if err != nil {
 		logf("e2e: %v", err)
 		return 1
 	}
+	brokerStart := time.Now()
 	stopPulsar, err := w.startPulsar(ctx)
+	w.setup.broker = time.Since(brokerStart)
 	if err != nil {
 		logf("e2e: %v", err)
 		return 1
@@ -176,7 +181,8 @@ func (w *world) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	logf("e2e: chart installed and ready after %.1fs", time.Since(start).Seconds())
+	w.setup.chart = time.Since(start)
+	logf("e2e: chart installed and ready after %.1fs", w.setup.chart.Seconds())
 	return nil
 }
 

@@ -33,6 +33,9 @@ var targets = []Target{
 	// A real cluster (make e2e-bench): kubelet-run pods of the example consumer, the chart's controller.
 	{Text: "Real cluster, 10 pods: kubectl patch to every pod Paused, p99", Benchmark: `^BenchmarkPatchToEveryPodPaused$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 250},
 	{Text: "Real cluster, 10 pods: kubectl patch to a pod Paused, p50 (context)", Benchmark: `^BenchmarkPatchToEveryPodPaused$`, Unit: "p50-ms"},
+	{Text: "Real cluster: the cluster's start, images imported and the node Ready, one sample (context)", Benchmark: `^BenchmarkSuiteSetup$`, Unit: "cluster-start-s"},
+	{Text: "Real cluster: the broker's start on the host, one sample (context)", Benchmark: `^BenchmarkSuiteSetup$`, Unit: "broker-start-s"},
+	{Text: "Real cluster: helm install --wait of the chart, 2 replicas, one sample (context)", Benchmark: `^BenchmarkSuiteSetup$`, Unit: "chart-install-s"},
 	{Text: "Pause propagation, 10 agents (context)", Benchmark: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms"},
 	{Text: "Pause propagation, 10 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=10,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=10$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},
 	{Text: "Pause propagation, 100 agents and one hanging: the others' per-agent p99 / without it", Benchmark: `^BenchmarkPausePropagation/agents=100,hanging=1$`, Over: `^BenchmarkPausePropagation/agents=100$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1.2},
