@@ -55,6 +55,12 @@ const (
 	ReasonInvalidBrokerURL   = "InvalidBrokerURL"
 	ReasonInvalidAdminSecret = "InvalidAdminSecret"
 	ReasonInvalidAdminURL    = "InvalidAdminURL"
+	// ReasonInvalidTLSTrustCerts: the namespace's TLSTrustCertsKey names no possible ConfigMap.
+	ReasonInvalidTLSTrustCerts = "InvalidTLSTrustCerts"
+	// ReasonInvalidSidecarResources: a sidecar resource annotation is no quantity, or makes a
+	// request exceed its limit (sidecar_settings.go).
+	ReasonInvalidSidecarResources = "InvalidSidecarResources"
+	ReasonInvalidStrictPause      = "InvalidStrictPause"
 )
 
 // What injection adds. The token paths are the ones README's hand wiring uses.
@@ -67,6 +73,9 @@ const (
 	AdminVolume    = "subflow-admin-credentials"
 	AdminKey       = "credentials"
 	AdminDir       = "/var/run/subflow-admin"
+	TLSCAVolume    = "subflow-tls-ca"
+	TLSCAKey       = "ca.crt"
+	TLSCADir       = "/var/run/subflow-tls-ca"
 	SidecarName    = "subflow-sidecar"
 	SidecarListen  = "127.0.0.1:6650"
 	ServiceURLEnv  = "PULSAR_SERVICE_URL"
@@ -91,8 +100,11 @@ type wiring struct {
 	brokerURL    string
 	adminURL     string
 	adminSecret  string
-	start        start
-	resources    corev1.ResourceRequirements
+	// trustCerts names the ConfigMap holding the CA bundle (key TLSCAKey); empty: system roots.
+	trustCerts  string
+	start       start
+	resources   corev1.ResourceRequirements
+	strictPause bool
 }
 
 // DefaultSidecarResources are the sidecar's requests and limits unless the controller is told
@@ -195,6 +207,11 @@ func wire(pod *corev1.Pod, w wiring) *skip {
 	if err := ensureVolume(pod, secretVolume(AdminVolume, w.adminSecret, AdminKey)); err != nil {
 		return err
 	}
+	if w.trustCerts != "" {
+		if err := ensureVolume(pod, caVolume(w.trustCerts)); err != nil {
+			return err
+		}
+	}
 	if err := ensureSidecar(pod, sidecar(w), w.port); err != nil {
 		return err
 	}
@@ -209,19 +226,26 @@ func secretVolume(name, secret, key string) corev1.Volume {
 		SecretName: secret, Items: []corev1.KeyToPath{{Key: key, Path: key}}, Optional: ptr.To(true)}}}
 }
 
+// caVolume projects the CA bundle. Not optional: a missing bundle shows as the pod's event.
+func caVolume(configMap string) corev1.Volume {
+	return corev1.Volume{Name: TLSCAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: configMap}, Items: []corev1.KeyToPath{{Key: TLSCAKey, Path: TLSCAKey}}}}}
+}
+
 func podNameEnv() corev1.EnvVar {
 	return corev1.EnvVar{Name: PodNameEnv, ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}}
 }
 
 func ensureVolume(pod *corev1.Pod, want corev1.Volume) *skip {
+	kind, name, items := volumeSource(want)
+	key := items[0].Key
 	for _, have := range pod.Spec.Volumes {
 		if have.Name != want.Name {
 			continue
 		}
-		key := want.Secret.Items[0].Key
-		if have.Secret == nil || have.Secret.SecretName != want.Secret.SecretName || !projects(have.Secret, key) {
-			return skipped(ReasonConflict, "volume %s is already declared and does not project key %s of Secret %s", want.Name, key, want.Secret.SecretName)
+		if haveKind, haveName, haveItems := volumeSource(have); haveKind != kind || haveName != name || !projects(haveItems, key) {
+			return skipped(ReasonConflict, "volume %s is already declared and does not project key %s of %s %s", want.Name, key, kind, name)
 		}
 		return nil
 	}
@@ -229,12 +253,23 @@ func ensureVolume(pod *corev1.Pod, want corev1.Volume) *skip {
 	return nil
 }
 
-// projects reports whether the Secret volume holds key as a file named key.
-func projects(s *corev1.SecretVolumeSource, key string) bool {
-	if len(s.Items) == 0 {
+// volumeSource is the Secret or ConfigMap a volume projects, and its items.
+func volumeSource(v corev1.Volume) (kind, name string, items []corev1.KeyToPath) {
+	switch {
+	case v.Secret != nil:
+		return "Secret", v.Secret.SecretName, v.Secret.Items
+	case v.ConfigMap != nil:
+		return "ConfigMap", v.ConfigMap.Name, v.ConfigMap.Items
+	}
+	return "", "", nil
+}
+
+// projects reports whether a volume with these items holds key as a file named key.
+func projects(items []corev1.KeyToPath, key string) bool {
+	if len(items) == 0 {
 		return true
 	}
-	for _, item := range s.Items {
+	for _, item := range items {
 		if item.Key == key && item.Path == key {
 			return true
 		}
@@ -356,16 +391,20 @@ func ensureSidecar(pod *corev1.Pod, want corev1.Container, port int32) *skip {
 
 // sidecar is the native sidecar container; ensureSidecar names its control port.
 func sidecar(w wiring) corev1.Container {
+	mounts := []corev1.VolumeMount{
+		{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
+		{Name: AdminVolume, MountPath: AdminDir, ReadOnly: true},
+	}
+	if w.trustCerts != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: TLSCAVolume, MountPath: TLSCADir, ReadOnly: true})
+	}
 	return corev1.Container{
 		Name:          SidecarName,
 		Image:         w.sidecarImage,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Args:          sidecarArgs(w),
 		Env:           []corev1.EnvVar{podNameEnv()},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
-			{Name: AdminVolume, MountPath: AdminDir, ReadOnly: true},
-		},
+		VolumeMounts:  mounts,
 		// The application starts once the proxy answers, so its first connection finds it.
 		StartupProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: sidecarHealthz, Port: intstr.FromString(protocol.PortName)}},
@@ -387,6 +426,12 @@ func sidecar(w wiring) corev1.Container {
 // sidecarArgs are SidecarArgs with the pod's own choices.
 func sidecarArgs(w wiring) []string {
 	args := SidecarArgs(w.brokerURL, w.adminURL, w.port)
+	if w.trustCerts != "" {
+		args = append(args, "--tls-ca-file="+TLSCADir+"/"+TLSCAKey)
+	}
+	if w.strictPause {
+		args = append(args, "--strict-pause")
+	}
 	if w.start.gated {
 		args = append(args, "--start-gated")
 		if w.start.fallback != protocol.Running {

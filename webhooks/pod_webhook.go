@@ -25,6 +25,11 @@ const (
 	AdminURLKey = "adminServiceURL"
 	// AdminSecretKey optionally names the Secret with the admin-API credentials (key credentials).
 	AdminSecretKey = "adminCredentialsSecret"
+	// TLSTrustCertsKey optionally names a ConfigMap of the namespace whose key ca.crt holds the
+	// PEM bundle of the CAs that sign the brokers' (pulsar+ssl) and the admin API's (https)
+	// certificates, as trust-manager writes a Bundle's target and kube-root-ca.crt is laid out.
+	// Without it the sidecar trusts the system's roots.
+	TLSTrustCertsKey = "tlsTrustCertsConfigMap"
 	// DefaultAdminSecret is the Secret the sidecar's admin credentials come from by default.
 	DefaultAdminSecret = "subflow-admin-credentials"
 )
@@ -93,6 +98,9 @@ func (p *PodInjector) wire(ctx context.Context, namespace string, pod *corev1.Po
 		return "", err
 	}
 	if mode == ModeSidecar {
+		if err := sidecarSettings(pod, &w); err != nil {
+			return "", err
+		}
 		if err := p.sidecarConfig(ctx, namespace, &w); err != nil {
 			return "", err
 		}
@@ -100,7 +108,8 @@ func (p *PodInjector) wire(ctx context.Context, namespace string, pod *corev1.Po
 	return mode, wire(pod, w)
 }
 
-// sidecarConfig reads the broker URL and the admin Secret's name from the namespace's ConfigMap.
+// sidecarConfig reads the broker and admin URLs, the admin Secret's name and the CA bundle's
+// ConfigMap from the namespace's ConfigMap.
 func (p *PodInjector) sidecarConfig(ctx context.Context, namespace string, w *wiring) *skip {
 	if w.sidecarImage == "" {
 		return skipped(ReasonNoSidecarImage, "sidecar mode needs an image: the controller runs without --sidecar-image")
@@ -132,7 +141,33 @@ func (p *PodInjector) sidecarConfig(ctx context.Context, namespace string, w *wi
 	if problems := validation.IsDNS1123Subdomain(w.adminSecret); len(problems) > 0 {
 		return skipped(ReasonInvalidAdminSecret, "ConfigMap %s key %s=%q is not a Secret name: %s", ConfigMapName, AdminSecretKey, w.adminSecret, problems[0])
 	}
+	return trustCerts(cm.Data[TLSTrustCertsKey], w)
+}
+
+// trustCerts mounts the namespace's CA bundle for whichever of the broker and the admin API speak
+// TLS; with neither it would serve nothing (and the sidecar refuses a CA nothing uses). Whether
+// the ConfigMap exists is not checked (the webhook may read only ConfigMap subflow): its volume is
+// not optional, so a missing bundle holds the pod with an event naming it, where a sidecar
+// without it would fail every TLS handshake.
+func trustCerts(name string, w *wiring) *skip {
+	if name == "" {
+		return nil
+	}
+	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
+		return skipped(ReasonInvalidTLSTrustCerts, "ConfigMap %s key %s=%q is not a ConfigMap name: %s", ConfigMapName, TLSTrustCertsKey, name, problems[0])
+	}
+	if scheme(w.brokerURL) == "pulsar+ssl" || scheme(w.adminURL) == "https" {
+		w.trustCerts = name
+	}
 	return nil
+}
+
+func scheme(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme // lower case
 }
 
 func setAnnotation(pod *corev1.Pod, key, value string) {
