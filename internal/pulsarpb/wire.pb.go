@@ -659,7 +659,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36, 0}
+	return file_wire_proto_rawDescGZIP(), []int{40, 0}
 }
 
 type KeyValue struct {
@@ -3167,6 +3167,255 @@ func (x *CommandGetTopicsOfNamespaceResponse) GetChanged() bool {
 	return Default_CommandGetTopicsOfNamespaceResponse_Changed
 }
 
+// Schemas: the test broker answers that no topic has one.
+type CommandGetSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	Topic         *string                `protobuf:"bytes,2,req,name=topic" json:"topic,omitempty"`
+	SchemaVersion []byte                 `protobuf:"bytes,3,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetSchema) Reset() {
+	*x = CommandGetSchema{}
+	mi := &file_wire_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetSchema) ProtoMessage() {}
+
+func (x *CommandGetSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetSchema.ProtoReflect.Descriptor instead.
+func (*CommandGetSchema) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CommandGetSchema) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetSchema) GetTopic() string {
+	if x != nil && x.Topic != nil {
+		return *x.Topic
+	}
+	return ""
+}
+
+func (x *CommandGetSchema) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
+type CommandGetSchemaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ErrorCode     *ServerError           `protobuf:"varint,2,opt,name=error_code,json=errorCode,enum=subflow.pulsartest.wire.ServerError" json:"error_code,omitempty"`
+	ErrorMessage  *string                `protobuf:"bytes,3,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
+	SchemaVersion []byte                 `protobuf:"bytes,5,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetSchemaResponse) Reset() {
+	*x = CommandGetSchemaResponse{}
+	mi := &file_wire_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetSchemaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetSchemaResponse) ProtoMessage() {}
+
+func (x *CommandGetSchemaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetSchemaResponse.ProtoReflect.Descriptor instead.
+func (*CommandGetSchemaResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CommandGetSchemaResponse) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetSchemaResponse) GetErrorCode() ServerError {
+	if x != nil && x.ErrorCode != nil {
+		return *x.ErrorCode
+	}
+	return ServerError_UnknownError
+}
+
+func (x *CommandGetSchemaResponse) GetErrorMessage() string {
+	if x != nil && x.ErrorMessage != nil {
+		return *x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *CommandGetSchemaResponse) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
+type CommandGetOrCreateSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	Topic         *string                `protobuf:"bytes,2,req,name=topic" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetOrCreateSchema) Reset() {
+	*x = CommandGetOrCreateSchema{}
+	mi := &file_wire_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetOrCreateSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetOrCreateSchema) ProtoMessage() {}
+
+func (x *CommandGetOrCreateSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetOrCreateSchema.ProtoReflect.Descriptor instead.
+func (*CommandGetOrCreateSchema) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CommandGetOrCreateSchema) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetOrCreateSchema) GetTopic() string {
+	if x != nil && x.Topic != nil {
+		return *x.Topic
+	}
+	return ""
+}
+
+type CommandGetOrCreateSchemaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ErrorCode     *ServerError           `protobuf:"varint,2,opt,name=error_code,json=errorCode,enum=subflow.pulsartest.wire.ServerError" json:"error_code,omitempty"`
+	ErrorMessage  *string                `protobuf:"bytes,3,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
+	SchemaVersion []byte                 `protobuf:"bytes,4,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetOrCreateSchemaResponse) Reset() {
+	*x = CommandGetOrCreateSchemaResponse{}
+	mi := &file_wire_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetOrCreateSchemaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetOrCreateSchemaResponse) ProtoMessage() {}
+
+func (x *CommandGetOrCreateSchemaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetOrCreateSchemaResponse.ProtoReflect.Descriptor instead.
+func (*CommandGetOrCreateSchemaResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CommandGetOrCreateSchemaResponse) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetOrCreateSchemaResponse) GetErrorCode() ServerError {
+	if x != nil && x.ErrorCode != nil {
+		return *x.ErrorCode
+	}
+	return ServerError_UnknownError
+}
+
+func (x *CommandGetOrCreateSchemaResponse) GetErrorMessage() string {
+	if x != nil && x.ErrorMessage != nil {
+		return *x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *CommandGetOrCreateSchemaResponse) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
 type BaseCommand struct {
 	state                           protoimpl.MessageState                   `protogen:"open.v1"`
 	Type                            *BaseCommand_Type                        `protobuf:"varint,1,req,name=type,enum=subflow.pulsartest.wire.BaseCommand_Type" json:"type,omitempty"`
@@ -3199,14 +3448,18 @@ type BaseCommand struct {
 	ActiveConsumerChange            *CommandActiveConsumerChange             `protobuf:"bytes,31,opt,name=active_consumer_change,json=activeConsumerChange" json:"active_consumer_change,omitempty"`
 	GetTopicsOfNamespace            *CommandGetTopicsOfNamespace             `protobuf:"bytes,32,opt,name=getTopicsOfNamespace" json:"getTopicsOfNamespace,omitempty"`
 	GetTopicsOfNamespaceResponse    *CommandGetTopicsOfNamespaceResponse     `protobuf:"bytes,33,opt,name=getTopicsOfNamespaceResponse" json:"getTopicsOfNamespaceResponse,omitempty"`
+	GetSchema                       *CommandGetSchema                        `protobuf:"bytes,34,opt,name=getSchema" json:"getSchema,omitempty"`
+	GetSchemaResponse               *CommandGetSchemaResponse                `protobuf:"bytes,35,opt,name=getSchemaResponse" json:"getSchemaResponse,omitempty"`
 	AckResponse                     *CommandAckResponse                      `protobuf:"bytes,38,opt,name=ackResponse" json:"ackResponse,omitempty"`
+	GetOrCreateSchema               *CommandGetOrCreateSchema                `protobuf:"bytes,39,opt,name=getOrCreateSchema" json:"getOrCreateSchema,omitempty"`
+	GetOrCreateSchemaResponse       *CommandGetOrCreateSchemaResponse        `protobuf:"bytes,40,opt,name=getOrCreateSchemaResponse" json:"getOrCreateSchemaResponse,omitempty"`
 	unknownFields                   protoimpl.UnknownFields
 	sizeCache                       protoimpl.SizeCache
 }
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3471,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3484,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -3444,9 +3697,37 @@ func (x *BaseCommand) GetGetTopicsOfNamespaceResponse() *CommandGetTopicsOfNames
 	return nil
 }
 
+func (x *BaseCommand) GetGetSchema() *CommandGetSchema {
+	if x != nil {
+		return x.GetSchema
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetGetSchemaResponse() *CommandGetSchemaResponse {
+	if x != nil {
+		return x.GetSchemaResponse
+	}
+	return nil
+}
+
 func (x *BaseCommand) GetAckResponse() *CommandAckResponse {
 	if x != nil {
 		return x.AckResponse
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetGetOrCreateSchema() *CommandGetOrCreateSchema {
+	if x != nil {
+		return x.GetOrCreateSchema
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetGetOrCreateSchemaResponse() *CommandGetOrCreateSchemaResponse {
+	if x != nil {
+		return x.GetOrCreateSchemaResponse
 	}
 	return nil
 }
@@ -3724,7 +4005,30 @@ const file_wire_proto_rawDesc = "" +
 	"\bfiltered\x18\x03 \x01(\b:\x05falseR\bfiltered\x12\x1f\n" +
 	"\vtopics_hash\x18\x04 \x01(\tR\n" +
 	"topicsHash\x12\x1e\n" +
-	"\achanged\x18\x05 \x01(\b:\x04trueR\achanged\"\xb6\x1a\n" +
+	"\achanged\x18\x05 \x01(\b:\x04trueR\achanged\"n\n" +
+	"\x10CommandGetSchema\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x02(\x04R\trequestId\x12\x14\n" +
+	"\x05topic\x18\x02 \x02(\tR\x05topic\x12%\n" +
+	"\x0eschema_version\x18\x03 \x01(\fR\rschemaVersion\"\xca\x01\n" +
+	"\x18CommandGetSchemaResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x02(\x04R\trequestId\x12C\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x0e2$.subflow.pulsartest.wire.ServerErrorR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12%\n" +
+	"\x0eschema_version\x18\x05 \x01(\fR\rschemaVersion\"O\n" +
+	"\x18CommandGetOrCreateSchema\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x02(\x04R\trequestId\x12\x14\n" +
+	"\x05topic\x18\x02 \x02(\tR\x05topic\"\xd2\x01\n" +
+	" CommandGetOrCreateSchemaResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x02(\x04R\trequestId\x12C\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x0e2$.subflow.pulsartest.wire.ServerErrorR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12%\n" +
+	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\"\xba\x1d\n" +
 	"\vBaseCommand\x12=\n" +
 	"\x04type\x18\x01 \x02(\x0e2).subflow.pulsartest.wire.BaseCommand.TypeR\x04type\x12A\n" +
 	"\aconnect\x18\x02 \x01(\v2'.subflow.pulsartest.wire.CommandConnectR\aconnect\x12G\n" +
@@ -3757,8 +4061,12 @@ const file_wire_proto_rawDesc = "" +
 	"\x18getLastMessageIdResponse\x18\x1e \x01(\v28.subflow.pulsartest.wire.CommandGetLastMessageIdResponseR\x18getLastMessageIdResponse\x12j\n" +
 	"\x16active_consumer_change\x18\x1f \x01(\v24.subflow.pulsartest.wire.CommandActiveConsumerChangeR\x14activeConsumerChange\x12h\n" +
 	"\x14getTopicsOfNamespace\x18  \x01(\v24.subflow.pulsartest.wire.CommandGetTopicsOfNamespaceR\x14getTopicsOfNamespace\x12\x80\x01\n" +
-	"\x1cgetTopicsOfNamespaceResponse\x18! \x01(\v2<.subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponseR\x1cgetTopicsOfNamespaceResponse\x12M\n" +
-	"\vackResponse\x18& \x01(\v2+.subflow.pulsartest.wire.CommandAckResponseR\vackResponse\"\x99\x06\n" +
+	"\x1cgetTopicsOfNamespaceResponse\x18! \x01(\v2<.subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponseR\x1cgetTopicsOfNamespaceResponse\x12G\n" +
+	"\tgetSchema\x18\" \x01(\v2).subflow.pulsartest.wire.CommandGetSchemaR\tgetSchema\x12_\n" +
+	"\x11getSchemaResponse\x18# \x01(\v21.subflow.pulsartest.wire.CommandGetSchemaResponseR\x11getSchemaResponse\x12M\n" +
+	"\vackResponse\x18& \x01(\v2+.subflow.pulsartest.wire.CommandAckResponseR\vackResponse\x12_\n" +
+	"\x11getOrCreateSchema\x18' \x01(\v21.subflow.pulsartest.wire.CommandGetOrCreateSchemaR\x11getOrCreateSchema\x12w\n" +
+	"\x19getOrCreateSchemaResponse\x18( \x01(\v29.subflow.pulsartest.wire.CommandGetOrCreateSchemaResponseR\x19getOrCreateSchemaResponse\"\x99\x06\n" +
 	"\x04Type\x12\v\n" +
 	"\aCONNECT\x10\x02\x12\r\n" +
 	"\tCONNECTED\x10\x03\x12\r\n" +
@@ -3842,7 +4150,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_wire_proto_goTypes = []any{
 	(ServerError)(0),                                        // 0: subflow.pulsartest.wire.ServerError
 	(CommandSubscribe_SubType)(0),                           // 1: subflow.pulsartest.wire.CommandSubscribe.SubType
@@ -3888,7 +4196,11 @@ var file_wire_proto_goTypes = []any{
 	(*CommandGetLastMessageIdResponse)(nil),                 // 41: subflow.pulsartest.wire.CommandGetLastMessageIdResponse
 	(*CommandGetTopicsOfNamespace)(nil),                     // 42: subflow.pulsartest.wire.CommandGetTopicsOfNamespace
 	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 43: subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	(*BaseCommand)(nil),                                     // 44: subflow.pulsartest.wire.BaseCommand
+	(*CommandGetSchema)(nil),                                // 44: subflow.pulsartest.wire.CommandGetSchema
+	(*CommandGetSchemaResponse)(nil),                        // 45: subflow.pulsartest.wire.CommandGetSchemaResponse
+	(*CommandGetOrCreateSchema)(nil),                        // 46: subflow.pulsartest.wire.CommandGetOrCreateSchema
+	(*CommandGetOrCreateSchemaResponse)(nil),                // 47: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	(*BaseCommand)(nil),                                     // 48: subflow.pulsartest.wire.BaseCommand
 }
 var file_wire_proto_depIdxs = []int32{
 	8,  // 0: subflow.pulsartest.wire.MessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
@@ -3914,42 +4226,48 @@ var file_wire_proto_depIdxs = []int32{
 	9,  // 20: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.last_message_id:type_name -> subflow.pulsartest.wire.MessageIdData
 	9,  // 21: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.consumer_mark_delete_position:type_name -> subflow.pulsartest.wire.MessageIdData
 	6,  // 22: subflow.pulsartest.wire.CommandGetTopicsOfNamespace.mode:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace.Mode
-	7,  // 23: subflow.pulsartest.wire.BaseCommand.type:type_name -> subflow.pulsartest.wire.BaseCommand.Type
-	14, // 24: subflow.pulsartest.wire.BaseCommand.connect:type_name -> subflow.pulsartest.wire.CommandConnect
-	15, // 25: subflow.pulsartest.wire.BaseCommand.connected:type_name -> subflow.pulsartest.wire.CommandConnected
-	16, // 26: subflow.pulsartest.wire.BaseCommand.subscribe:type_name -> subflow.pulsartest.wire.CommandSubscribe
-	21, // 27: subflow.pulsartest.wire.BaseCommand.producer:type_name -> subflow.pulsartest.wire.CommandProducer
-	22, // 28: subflow.pulsartest.wire.BaseCommand.send:type_name -> subflow.pulsartest.wire.CommandSend
-	23, // 29: subflow.pulsartest.wire.BaseCommand.send_receipt:type_name -> subflow.pulsartest.wire.CommandSendReceipt
-	24, // 30: subflow.pulsartest.wire.BaseCommand.send_error:type_name -> subflow.pulsartest.wire.CommandSendError
-	25, // 31: subflow.pulsartest.wire.BaseCommand.message:type_name -> subflow.pulsartest.wire.CommandMessage
-	26, // 32: subflow.pulsartest.wire.BaseCommand.ack:type_name -> subflow.pulsartest.wire.CommandAck
-	29, // 33: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
-	30, // 34: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
-	35, // 35: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
-	37, // 36: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
-	32, // 37: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
-	33, // 38: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
-	36, // 39: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
-	38, // 40: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
-	39, // 41: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
-	34, // 42: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
-	17, // 43: subflow.pulsartest.wire.BaseCommand.partitionMetadata:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadata
-	18, // 44: subflow.pulsartest.wire.BaseCommand.partitionMetadataResponse:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
-	19, // 45: subflow.pulsartest.wire.BaseCommand.lookupTopic:type_name -> subflow.pulsartest.wire.CommandLookupTopic
-	20, // 46: subflow.pulsartest.wire.BaseCommand.lookupTopicResponse:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse
-	31, // 47: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
-	40, // 48: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
-	41, // 49: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
-	28, // 50: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
-	42, // 51: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
-	43, // 52: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	27, // 53: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	0,  // 23: subflow.pulsartest.wire.CommandGetSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
+	0,  // 24: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
+	7,  // 25: subflow.pulsartest.wire.BaseCommand.type:type_name -> subflow.pulsartest.wire.BaseCommand.Type
+	14, // 26: subflow.pulsartest.wire.BaseCommand.connect:type_name -> subflow.pulsartest.wire.CommandConnect
+	15, // 27: subflow.pulsartest.wire.BaseCommand.connected:type_name -> subflow.pulsartest.wire.CommandConnected
+	16, // 28: subflow.pulsartest.wire.BaseCommand.subscribe:type_name -> subflow.pulsartest.wire.CommandSubscribe
+	21, // 29: subflow.pulsartest.wire.BaseCommand.producer:type_name -> subflow.pulsartest.wire.CommandProducer
+	22, // 30: subflow.pulsartest.wire.BaseCommand.send:type_name -> subflow.pulsartest.wire.CommandSend
+	23, // 31: subflow.pulsartest.wire.BaseCommand.send_receipt:type_name -> subflow.pulsartest.wire.CommandSendReceipt
+	24, // 32: subflow.pulsartest.wire.BaseCommand.send_error:type_name -> subflow.pulsartest.wire.CommandSendError
+	25, // 33: subflow.pulsartest.wire.BaseCommand.message:type_name -> subflow.pulsartest.wire.CommandMessage
+	26, // 34: subflow.pulsartest.wire.BaseCommand.ack:type_name -> subflow.pulsartest.wire.CommandAck
+	29, // 35: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
+	30, // 36: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
+	35, // 37: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
+	37, // 38: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
+	32, // 39: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
+	33, // 40: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
+	36, // 41: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
+	38, // 42: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
+	39, // 43: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
+	34, // 44: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
+	17, // 45: subflow.pulsartest.wire.BaseCommand.partitionMetadata:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadata
+	18, // 46: subflow.pulsartest.wire.BaseCommand.partitionMetadataResponse:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
+	19, // 47: subflow.pulsartest.wire.BaseCommand.lookupTopic:type_name -> subflow.pulsartest.wire.CommandLookupTopic
+	20, // 48: subflow.pulsartest.wire.BaseCommand.lookupTopicResponse:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse
+	31, // 49: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
+	40, // 50: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
+	41, // 51: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
+	28, // 52: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
+	42, // 53: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
+	43, // 54: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
+	44, // 55: subflow.pulsartest.wire.BaseCommand.getSchema:type_name -> subflow.pulsartest.wire.CommandGetSchema
+	45, // 56: subflow.pulsartest.wire.BaseCommand.getSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetSchemaResponse
+	27, // 57: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
+	46, // 58: subflow.pulsartest.wire.BaseCommand.getOrCreateSchema:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchema
+	47, // 59: subflow.pulsartest.wire.BaseCommand.getOrCreateSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -3963,7 +4281,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

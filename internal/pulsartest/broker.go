@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"maps"
 	"net"
 	"net/http"
@@ -166,6 +167,8 @@ type store struct {
 
 	flowMu sync.Mutex
 	flows  []Flow
+	// unmodelled counts the commands received that this broker does not model, by type.
+	unmodelled map[string]int
 }
 
 func newStore() *store {
@@ -427,6 +430,28 @@ func (b *Broker) recordFlow(f Flow) {
 	b.st.flowMu.Lock()
 	b.st.flows = append(b.st.flows, f)
 	b.st.flowMu.Unlock()
+}
+
+// noteUnmodelled records and logs a command this broker does not model.
+func (b *Broker) noteUnmodelled(typ string) {
+	b.st.flowMu.Lock()
+	if b.st.unmodelled == nil {
+		b.st.unmodelled = map[string]int{}
+	}
+	b.st.unmodelled[typ]++
+	first := b.st.unmodelled[typ] == 1
+	b.st.flowMu.Unlock()
+	if first {
+		log.Printf("pulsartest: %s is not modelled: answered with an error", typ)
+	}
+}
+
+// Unmodelled returns how many commands of each type this broker's cluster received and does
+// not model (each was answered at once with an error, when it asked for an answer).
+func (b *Broker) Unmodelled() map[string]int {
+	b.st.flowMu.Lock()
+	defer b.st.flowMu.Unlock()
+	return maps.Clone(b.st.unmodelled)
 }
 
 // Flows returns every FLOW received from the subscription's consumers, in

@@ -2,11 +2,14 @@ package pulsartest
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 )
@@ -287,10 +290,100 @@ func (c *conn) handle(cmd *pb.BaseCommand, payload []byte) {
 		c.handleUnsubscribe(cmd.GetUnsubscribe())
 	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
 		c.handleTopicsOfNamespace(cmd.GetGetTopicsOfNamespace())
+	case pb.BaseCommand_GET_SCHEMA:
+		// No topic has a schema here: ServerCnx.handleGetSchema answers a topic without one so,
+		// and clients take it as "no schema".
+		req := cmd.GetGetSchema()
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: &pb.CommandGetSchemaResponse{
+			RequestId: proto.Uint64(req.GetRequestId()), ErrorCode: pb.ServerError_TopicNotFound.Enum(),
+			ErrorMessage: proto.String("Topic not found or no-schema")}})
 	default:
-		// Commands outside the subset (schemas, transactions, stats) are
-		// ignored; the client times such requests out.
+		c.unmodelled(cmd)
 	}
+}
+
+// unmodelled answers a request this broker does not model (schemas, transactions, stats...)
+// at once with an error naming it, and records it (Broker.Unmodelled): a client waiting out
+// its operation timeout instead would make a test slow for a reason no real broker gives.
+func (c *conn) unmodelled(cmd *pb.BaseCommand) {
+	name := cmd.GetType().String()
+	if cmd.GetType().Descriptor().Values().ByNumber(cmd.GetType().Number()) == nil {
+		name = "command type " + name // newer than wire.proto: its number
+	}
+	c.b.noteUnmodelled(name)
+	reqID, ok := requestIDOf(cmd)
+	if !ok {
+		return
+	}
+	msg := fmt.Sprintf("pulsartest does not model %s", name)
+	if cmd.GetType() == pb.BaseCommand_GET_OR_CREATE_SCHEMA {
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE.Enum(), GetOrCreateSchemaResponse: &pb.CommandGetOrCreateSchemaResponse{
+			RequestId: proto.Uint64(reqID), ErrorCode: pb.ServerError_NotAllowedError.Enum(), ErrorMessage: proto.String(msg)}})
+		return
+	}
+	c.sendError(reqID, pb.ServerError_NotAllowedError, msg)
+}
+
+// requestIDOf reads the request_id of the command a BaseCommand carries, if it has one. A
+// command outside wire.proto's subset arrives as an unknown field; Pulsar numbers the
+// request_id of every such request (transactions, stats, topic-list watches) 1.
+func requestIDOf(cmd *pb.BaseCommand) (uint64, bool) {
+	var id uint64
+	var found bool
+	cmd.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind {
+			return true
+		}
+		inner := v.Message()
+		if f := inner.Descriptor().Fields().ByName("request_id"); f != nil && inner.Has(f) {
+			id, found = inner.Get(f).Uint(), true
+		}
+		return !found
+	})
+	if found {
+		return id, true
+	}
+	return firstFieldVarint(cmd.ProtoReflect().GetUnknown())
+}
+
+// firstFieldVarint finds, in the unknown fields of a BaseCommand, a sub-message whose field 1
+// is a varint, and returns that.
+func firstFieldVarint(unknown []byte) (uint64, bool) {
+	for len(unknown) > 0 {
+		num, typ, n := protowire.ConsumeTag(unknown)
+		if n < 0 {
+			return 0, false
+		}
+		unknown = unknown[n:]
+		if typ != protowire.BytesType || num <= 1 {
+			if n = protowire.ConsumeFieldValue(num, typ, unknown); n < 0 {
+				return 0, false
+			}
+			unknown = unknown[n:]
+			continue
+		}
+		inner, n := protowire.ConsumeBytes(unknown)
+		if n < 0 {
+			return 0, false
+		}
+		unknown = unknown[n:]
+		for len(inner) > 0 {
+			fnum, ftyp, m := protowire.ConsumeTag(inner)
+			if m < 0 {
+				break
+			}
+			inner = inner[m:]
+			if fnum == 1 && ftyp == protowire.VarintType {
+				v, m := protowire.ConsumeVarint(inner)
+				return v, m >= 0
+			}
+			if m = protowire.ConsumeFieldValue(fnum, ftyp, inner); m < 0 {
+				break
+			}
+			inner = inner[m:]
+		}
+	}
+	return 0, false
 }
 
 func (c *conn) sendSuccess(requestID uint64) {

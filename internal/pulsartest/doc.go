@@ -191,7 +191,10 @@
 // (ledgerId, -1). An unload closes the current ledger and opens a new one
 // (an empty one is replaced). GetLastMessageId on a topic without entries
 // answers -1:-1 (PersistentTopic.getLastDispatchablePosition is EARLIEST);
-// pulsar-client-go only checks entryId >= 0 (isEntryIDValid).
+// pulsar-client-go only checks entryId >= 0 (isEntryIDValid). Its answer
+// always carries consumer_mark_delete_position, as ServerCnx sets it: the
+// last entry of the acknowledged prefix, or entry -1 of the first ledger
+// (a reader's HasNext after a seek by time reads it).
 //
 // differential_test.go runs the same scenarios here and, given PULSAR_URL
 // and PULSAR_ADMIN_URL, on a real broker (hack/pulsar/pulsar.sh exec), and
@@ -217,7 +220,12 @@
 // routing, batch-index acks (a partially acked batch stays unacked until the
 // client acks the whole entry), delayed delivery, non-persistent topics,
 // binary-protocol authentication, topic watchers, the HTTP lookup service, namespace bundles
-// and load balancing, retention size/time limits and ledger trimming.
+// and load balancing, retention size/time limits and ledger trimming. A
+// request for what is not modelled is answered at once, never left to the
+// client's operation timeout: GET_SCHEMA as Pulsar answers for a topic without
+// a schema (TopicNotFound, "Topic not found or no-schema"), any other with an
+// ERROR (NotAllowedError) naming the command; each is logged once and counted
+// (Broker.Unmodelled).
 //
 // Regenerate the protocol subset with `go generate ./internal/pulsartest/...`.
 package pulsartest

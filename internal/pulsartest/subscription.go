@@ -666,10 +666,29 @@ func (c *conn) handleGetLastMessageID(req *pb.CommandGetLastMessageId) {
 	c.send(&pb.BaseCommand{
 		Type: pb.BaseCommand_GET_LAST_MESSAGE_ID_RESPONSE.Enum(),
 		GetLastMessageIdResponse: &pb.CommandGetLastMessageIdResponse{
-			LastMessageId: cons.sub.t.lastMessageID(),
-			RequestId:     proto.Uint64(reqID),
+			LastMessageId:              cons.sub.t.lastMessageID(),
+			RequestId:                  proto.Uint64(reqID),
+			ConsumerMarkDeletePosition: cons.sub.markDeleteID(),
 		},
 	})
+}
+
+// markDeleteID is the subscription's mark-delete position as ServerCnx.handleGetLastMessageId
+// answers it (consumer_mark_delete_position, always set): the last entry of the acknowledged
+// prefix, or entry -1 of the first ledger when nothing is acknowledged.
+func (s *subscription) markDeleteID() *pb.MessageIdData {
+	t := s.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(0), EntryId: proto.Uint64(^uint64(0))}
+	switch {
+	case s.markDelete > 0:
+		e := t.entries[s.markDelete-1]
+		id.LedgerId, id.EntryId = proto.Uint64(e.ledgerID), proto.Uint64(e.entryID)
+	case len(t.ledgers) > 0:
+		id.LedgerId = proto.Uint64(t.ledgers[0].id)
+	}
+	return id
 }
 
 func (c *conn) handleCloseConsumer(req *pb.CommandCloseConsumer) {
