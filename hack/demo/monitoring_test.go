@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +25,7 @@ import (
 // Prometheus, pauses the flow, and checks that every Grafana dashboard query and every metric
 // selector of every alert returns series; then resumes and sees Prometheus follow.
 func TestMonitoringQueriesReturnSeries(t *testing.T) {
-	binary := prometheusBinary(t)
+	testkit.PrometheusBinary(t) // before the world starts: skip early without it
 	if testing.Short() {
 		t.Skip("runs the demo's world and Prometheus")
 	}
@@ -55,7 +52,7 @@ func TestMonitoringQueriesReturnSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom := startPrometheus(t, binary, w)
+	prom := startPrometheus(t, w)
 	t.Logf("world and Prometheus up after %s", time.Since(started).Round(time.Millisecond))
 	prom.waitForTargets(t, 1+len(w.pods))
 
@@ -133,21 +130,6 @@ func alertQueries(t *testing.T, names ...string) []query {
 	return out
 }
 
-// prometheusBinary finds prometheus on PATH; without it the test skips, or fails under
-// SUBFLOW_REQUIRE_PROMTOOL=1 (CI).
-func prometheusBinary(t *testing.T) string {
-	path, err := exec.LookPath("prometheus")
-	if err == nil {
-		return path
-	}
-	msg := "prometheus is not on PATH (Debian/Ubuntu: apt-get install -y prometheus)"
-	if os.Getenv("SUBFLOW_REQUIRE_PROMTOOL") == "1" {
-		t.Fatal(msg + "; SUBFLOW_REQUIRE_PROMTOOL=1 requires it")
-	}
-	t.Skip(msg + "; the monitoring queries are not checked against a real Prometheus")
-	return ""
-}
-
 // addPodWithoutAgent registers a matched, running Pod whose agent port has nothing listening.
 func addPodWithoutAgent(ctx context.Context, t *testing.T, w *world) *corev1.Pod {
 	t.Helper()
@@ -179,57 +161,14 @@ type promServer struct {
 	url string
 }
 
-// startPrometheus writes a scrape config for the world's controller and agents and starts
-// Prometheus on a loopback port, stopped when the test ends.
-func startPrometheus(t *testing.T, binary string, w *world) *promServer {
+// startPrometheus starts a real Prometheus scraping the world's controller and agents.
+func startPrometheus(t *testing.T, w *world) *promServer {
 	t.Helper()
-	dir := t.TempDir()
 	config, err := scrapeConfig(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	configPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(configPath, config, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(binary, "--config.file="+configPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr)
-	var out testkit.LockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", out.String())
-		}
-	})
-	p := &promServer{url: "http://" + addr}
-	ready := testkit.Poll{Within: 30 * time.Second, Every: 100 * time.Millisecond}.Until(func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited:\n%s", out.String())
-		default:
-		}
-		return p.ready()
-	})
-	if !ready {
-		t.Fatalf("prometheus not ready after 30s:\n%s", out.String())
-	}
-	return p
+	return &promServer{url: testkit.StartPrometheus(t, config)}
 }
 
 // scrapeConfig scrapes every second: the controller with honor_labels (its series carry the
@@ -252,15 +191,6 @@ func scrapeConfig(w *world) ([]byte, error) {
 			{"job_name": "subflow-agents", "static_configs": agents},
 		},
 	})
-}
-
-func (p *promServer) ready() bool {
-	resp, err := http.Get(p.url + "/-/ready")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
 
 // series runs an instant query and counts the series it returns; a query Prometheus rejects is
