@@ -147,6 +147,68 @@ func (ServerError) EnumDescriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{0}
 }
 
+type ProducerAccessMode int32
+
+const (
+	ProducerAccessMode_Shared               ProducerAccessMode = 0
+	ProducerAccessMode_Exclusive            ProducerAccessMode = 1
+	ProducerAccessMode_WaitForExclusive     ProducerAccessMode = 2
+	ProducerAccessMode_ExclusiveWithFencing ProducerAccessMode = 3
+)
+
+// Enum value maps for ProducerAccessMode.
+var (
+	ProducerAccessMode_name = map[int32]string{
+		0: "Shared",
+		1: "Exclusive",
+		2: "WaitForExclusive",
+		3: "ExclusiveWithFencing",
+	}
+	ProducerAccessMode_value = map[string]int32{
+		"Shared":               0,
+		"Exclusive":            1,
+		"WaitForExclusive":     2,
+		"ExclusiveWithFencing": 3,
+	}
+)
+
+func (x ProducerAccessMode) Enum() *ProducerAccessMode {
+	p := new(ProducerAccessMode)
+	*p = x
+	return p
+}
+
+func (x ProducerAccessMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProducerAccessMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[1].Descriptor()
+}
+
+func (ProducerAccessMode) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[1]
+}
+
+func (x ProducerAccessMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *ProducerAccessMode) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = ProducerAccessMode(num)
+	return nil
+}
+
+// Deprecated: Use ProducerAccessMode.Descriptor instead.
+func (ProducerAccessMode) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{1}
+}
+
 type CommandSubscribe_SubType int32
 
 const (
@@ -183,11 +245,11 @@ func (x CommandSubscribe_SubType) String() string {
 }
 
 func (CommandSubscribe_SubType) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[1].Descriptor()
+	return file_wire_proto_enumTypes[2].Descriptor()
 }
 
 func (CommandSubscribe_SubType) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[1]
+	return &file_wire_proto_enumTypes[2]
 }
 
 func (x CommandSubscribe_SubType) Number() protoreflect.EnumNumber {
@@ -239,11 +301,11 @@ func (x CommandSubscribe_InitialPosition) String() string {
 }
 
 func (CommandSubscribe_InitialPosition) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[2].Descriptor()
+	return file_wire_proto_enumTypes[3].Descriptor()
 }
 
 func (CommandSubscribe_InitialPosition) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[2]
+	return &file_wire_proto_enumTypes[3]
 }
 
 func (x CommandSubscribe_InitialPosition) Number() protoreflect.EnumNumber {
@@ -295,11 +357,11 @@ func (x CommandPartitionedTopicMetadataResponse_LookupType) String() string {
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[3].Descriptor()
+	return file_wire_proto_enumTypes[4].Descriptor()
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[3]
+	return &file_wire_proto_enumTypes[4]
 }
 
 func (x CommandPartitionedTopicMetadataResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -354,11 +416,11 @@ func (x CommandLookupTopicResponse_LookupType) String() string {
 }
 
 func (CommandLookupTopicResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[4].Descriptor()
+	return file_wire_proto_enumTypes[5].Descriptor()
 }
 
 func (CommandLookupTopicResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[4]
+	return &file_wire_proto_enumTypes[5]
 }
 
 func (x CommandLookupTopicResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -410,11 +472,11 @@ func (x CommandAck_AckType) String() string {
 }
 
 func (CommandAck_AckType) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[5].Descriptor()
+	return file_wire_proto_enumTypes[6].Descriptor()
 }
 
 func (CommandAck_AckType) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[5]
+	return &file_wire_proto_enumTypes[6]
 }
 
 func (x CommandAck_AckType) Number() protoreflect.EnumNumber {
@@ -469,11 +531,11 @@ func (x CommandGetTopicsOfNamespace_Mode) String() string {
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[6].Descriptor()
+	return file_wire_proto_enumTypes[7].Descriptor()
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[6]
+	return &file_wire_proto_enumTypes[7]
 }
 
 func (x CommandGetTopicsOfNamespace_Mode) Number() protoreflect.EnumNumber {
@@ -636,11 +698,11 @@ func (x BaseCommand_Type) String() string {
 }
 
 func (BaseCommand_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[7].Descriptor()
+	return file_wire_proto_enumTypes[8].Descriptor()
 }
 
 func (BaseCommand_Type) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[7]
+	return &file_wire_proto_enumTypes[8]
 }
 
 func (x BaseCommand_Type) Number() protoreflect.EnumNumber {
@@ -1318,6 +1380,7 @@ type CommandSubscribe struct {
 	PriorityLevel   *int32                            `protobuf:"varint,7,opt,name=priority_level,json=priorityLevel" json:"priority_level,omitempty"`
 	Durable         *bool                             `protobuf:"varint,8,opt,name=durable,def=1" json:"durable,omitempty"`
 	StartMessageId  *MessageIdData                    `protobuf:"bytes,9,opt,name=start_message_id,json=startMessageId" json:"start_message_id,omitempty"`
+	Metadata        []*KeyValue                       `protobuf:"bytes,10,rep,name=metadata" json:"metadata,omitempty"`
 	InitialPosition *CommandSubscribe_InitialPosition `protobuf:"varint,13,opt,name=initialPosition,enum=subflow.pulsartest.wire.CommandSubscribe_InitialPosition,def=0" json:"initialPosition,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -1418,6 +1481,13 @@ func (x *CommandSubscribe) GetDurable() bool {
 func (x *CommandSubscribe) GetStartMessageId() *MessageIdData {
 	if x != nil {
 		return x.StartMessageId
+	}
+	return nil
+}
+
+func (x *CommandSubscribe) GetMetadata() []*KeyValue {
+	if x != nil {
+		return x.Metadata
 	}
 	return nil
 }
@@ -1729,14 +1799,23 @@ func (x *CommandLookupTopicResponse) GetProxyThroughServiceUrl() bool {
 }
 
 type CommandProducer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         *string                `protobuf:"bytes,1,req,name=topic" json:"topic,omitempty"`
-	ProducerId    *uint64                `protobuf:"varint,2,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
-	RequestId     *uint64                `protobuf:"varint,3,req,name=request_id,json=requestId" json:"request_id,omitempty"`
-	ProducerName  *string                `protobuf:"bytes,4,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	Topic                   *string                `protobuf:"bytes,1,req,name=topic" json:"topic,omitempty"`
+	ProducerId              *uint64                `protobuf:"varint,2,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	RequestId               *uint64                `protobuf:"varint,3,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ProducerName            *string                `protobuf:"bytes,4,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
+	Metadata                []*KeyValue            `protobuf:"bytes,6,rep,name=metadata" json:"metadata,omitempty"`
+	ProducerAccessMode      *ProducerAccessMode    `protobuf:"varint,10,opt,name=producer_access_mode,json=producerAccessMode,enum=subflow.pulsartest.wire.ProducerAccessMode,def=0" json:"producer_access_mode,omitempty"`
+	TopicEpoch              *uint64                `protobuf:"varint,11,opt,name=topic_epoch,json=topicEpoch" json:"topic_epoch,omitempty"`
+	InitialSubscriptionName *string                `protobuf:"bytes,13,opt,name=initial_subscription_name,json=initialSubscriptionName" json:"initial_subscription_name,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
+
+// Default values for CommandProducer fields.
+const (
+	Default_CommandProducer_ProducerAccessMode = ProducerAccessMode_Shared
+)
 
 func (x *CommandProducer) Reset() {
 	*x = CommandProducer{}
@@ -1792,6 +1871,34 @@ func (x *CommandProducer) GetRequestId() uint64 {
 func (x *CommandProducer) GetProducerName() string {
 	if x != nil && x.ProducerName != nil {
 		return *x.ProducerName
+	}
+	return ""
+}
+
+func (x *CommandProducer) GetMetadata() []*KeyValue {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *CommandProducer) GetProducerAccessMode() ProducerAccessMode {
+	if x != nil && x.ProducerAccessMode != nil {
+		return *x.ProducerAccessMode
+	}
+	return Default_CommandProducer_ProducerAccessMode
+}
+
+func (x *CommandProducer) GetTopicEpoch() uint64 {
+	if x != nil && x.TopicEpoch != nil {
+		return *x.TopicEpoch
+	}
+	return 0
+}
+
+func (x *CommandProducer) GetInitialSubscriptionName() string {
+	if x != nil && x.InitialSubscriptionName != nil {
+		return *x.InitialSubscriptionName
 	}
 	return ""
 }
@@ -3796,7 +3903,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x0eserver_version\x18\x01 \x02(\tR\rserverVersion\x12,\n" +
 	"\x10protocol_version\x18\x02 \x01(\x05:\x010R\x0fprotocolVersion\x12(\n" +
 	"\x10max_message_size\x18\x03 \x01(\x05R\x0emaxMessageSize\x12J\n" +
-	"\rfeature_flags\x18\x04 \x01(\v2%.subflow.pulsartest.wire.FeatureFlagsR\ffeatureFlags\"\xf5\x04\n" +
+	"\rfeature_flags\x18\x04 \x01(\v2%.subflow.pulsartest.wire.FeatureFlagsR\ffeatureFlags\"\xb4\x05\n" +
 	"\x10CommandSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x02(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x02 \x02(\tR\fsubscription\x12K\n" +
@@ -3808,7 +3915,9 @@ const file_wire_proto_rawDesc = "" +
 	"\rconsumer_name\x18\x06 \x01(\tR\fconsumerName\x12%\n" +
 	"\x0epriority_level\x18\a \x01(\x05R\rpriorityLevel\x12\x1e\n" +
 	"\adurable\x18\b \x01(\b:\x04trueR\adurable\x12P\n" +
-	"\x10start_message_id\x18\t \x01(\v2&.subflow.pulsartest.wire.MessageIdDataR\x0estartMessageId\x12k\n" +
+	"\x10start_message_id\x18\t \x01(\v2&.subflow.pulsartest.wire.MessageIdDataR\x0estartMessageId\x12=\n" +
+	"\bmetadata\x18\n" +
+	" \x03(\v2!.subflow.pulsartest.wire.KeyValueR\bmetadata\x12k\n" +
 	"\x0finitialPosition\x18\r \x01(\x0e29.subflow.pulsartest.wire.CommandSubscribe.InitialPosition:\x06LatestR\x0finitialPosition\"B\n" +
 	"\aSubType\x12\r\n" +
 	"\tExclusive\x10\x00\x12\n" +
@@ -3859,14 +3968,20 @@ const file_wire_proto_rawDesc = "" +
 	"\bRedirect\x10\x00\x12\v\n" +
 	"\aConnect\x10\x01\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x02\"\x8c\x01\n" +
+	"\x06Failed\x10\x02\"\x8f\x03\n" +
 	"\x0fCommandProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x02(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x02(\x04R\n" +
 	"producerId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x02(\x04R\trequestId\x12#\n" +
-	"\rproducer_name\x18\x04 \x01(\tR\fproducerName\"\xa8\x01\n" +
+	"\rproducer_name\x18\x04 \x01(\tR\fproducerName\x12=\n" +
+	"\bmetadata\x18\x06 \x03(\v2!.subflow.pulsartest.wire.KeyValueR\bmetadata\x12e\n" +
+	"\x14producer_access_mode\x18\n" +
+	" \x01(\x0e2+.subflow.pulsartest.wire.ProducerAccessMode:\x06SharedR\x12producerAccessMode\x12\x1f\n" +
+	"\vtopic_epoch\x18\v \x01(\x04R\n" +
+	"topicEpoch\x12:\n" +
+	"\x19initial_subscription_name\x18\r \x01(\tR\x17initialSubscriptionName\"\xa8\x01\n" +
 	"\vCommandSend\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x02(\x04R\n" +
 	"producerId\x12\x1f\n" +
@@ -4135,7 +4250,13 @@ const file_wire_proto_rawDesc = "" +
 	"\x13ConsumerAssignError\x10\x13\x12\"\n" +
 	"\x1eTransactionCoordinatorNotFound\x10\x14\x12\x14\n" +
 	"\x10InvalidTxnStatus\x10\x15\x12\x13\n" +
-	"\x0fNotAllowedError\x10\x16B2Z0github.com/subflow-dev/subflow/internal/pulsarpb"
+	"\x0fNotAllowedError\x10\x16*_\n" +
+	"\x12ProducerAccessMode\x12\n" +
+	"\n" +
+	"\x06Shared\x10\x00\x12\r\n" +
+	"\tExclusive\x10\x01\x12\x14\n" +
+	"\x10WaitForExclusive\x10\x02\x12\x18\n" +
+	"\x14ExclusiveWithFencing\x10\x03B2Z0github.com/subflow-dev/subflow/internal/pulsarpb"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -4149,125 +4270,129 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
 var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_wire_proto_goTypes = []any{
 	(ServerError)(0),                                        // 0: subflow.pulsartest.wire.ServerError
-	(CommandSubscribe_SubType)(0),                           // 1: subflow.pulsartest.wire.CommandSubscribe.SubType
-	(CommandSubscribe_InitialPosition)(0),                   // 2: subflow.pulsartest.wire.CommandSubscribe.InitialPosition
-	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 3: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.LookupType
-	(CommandLookupTopicResponse_LookupType)(0),              // 4: subflow.pulsartest.wire.CommandLookupTopicResponse.LookupType
-	(CommandAck_AckType)(0),                                 // 5: subflow.pulsartest.wire.CommandAck.AckType
-	(CommandGetTopicsOfNamespace_Mode)(0),                   // 6: subflow.pulsartest.wire.CommandGetTopicsOfNamespace.Mode
-	(BaseCommand_Type)(0),                                   // 7: subflow.pulsartest.wire.BaseCommand.Type
-	(*KeyValue)(nil),                                        // 8: subflow.pulsartest.wire.KeyValue
-	(*MessageIdData)(nil),                                   // 9: subflow.pulsartest.wire.MessageIdData
-	(*MessageMetadata)(nil),                                 // 10: subflow.pulsartest.wire.MessageMetadata
-	(*SingleMessageMetadata)(nil),                           // 11: subflow.pulsartest.wire.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 12: subflow.pulsartest.wire.BrokerEntryMetadata
-	(*FeatureFlags)(nil),                                    // 13: subflow.pulsartest.wire.FeatureFlags
-	(*CommandConnect)(nil),                                  // 14: subflow.pulsartest.wire.CommandConnect
-	(*CommandConnected)(nil),                                // 15: subflow.pulsartest.wire.CommandConnected
-	(*CommandSubscribe)(nil),                                // 16: subflow.pulsartest.wire.CommandSubscribe
-	(*CommandPartitionedTopicMetadata)(nil),                 // 17: subflow.pulsartest.wire.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 18: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 19: subflow.pulsartest.wire.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 20: subflow.pulsartest.wire.CommandLookupTopicResponse
-	(*CommandProducer)(nil),                                 // 21: subflow.pulsartest.wire.CommandProducer
-	(*CommandSend)(nil),                                     // 22: subflow.pulsartest.wire.CommandSend
-	(*CommandSendReceipt)(nil),                              // 23: subflow.pulsartest.wire.CommandSendReceipt
-	(*CommandSendError)(nil),                                // 24: subflow.pulsartest.wire.CommandSendError
-	(*CommandMessage)(nil),                                  // 25: subflow.pulsartest.wire.CommandMessage
-	(*CommandAck)(nil),                                      // 26: subflow.pulsartest.wire.CommandAck
-	(*CommandAckResponse)(nil),                              // 27: subflow.pulsartest.wire.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 28: subflow.pulsartest.wire.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 29: subflow.pulsartest.wire.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 30: subflow.pulsartest.wire.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 31: subflow.pulsartest.wire.CommandSeek
-	(*CommandCloseProducer)(nil),                            // 32: subflow.pulsartest.wire.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 33: subflow.pulsartest.wire.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 34: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 35: subflow.pulsartest.wire.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 36: subflow.pulsartest.wire.CommandProducerSuccess
-	(*CommandError)(nil),                                    // 37: subflow.pulsartest.wire.CommandError
-	(*CommandPing)(nil),                                     // 38: subflow.pulsartest.wire.CommandPing
-	(*CommandPong)(nil),                                     // 39: subflow.pulsartest.wire.CommandPong
-	(*CommandGetLastMessageId)(nil),                         // 40: subflow.pulsartest.wire.CommandGetLastMessageId
-	(*CommandGetLastMessageIdResponse)(nil),                 // 41: subflow.pulsartest.wire.CommandGetLastMessageIdResponse
-	(*CommandGetTopicsOfNamespace)(nil),                     // 42: subflow.pulsartest.wire.CommandGetTopicsOfNamespace
-	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 43: subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	(*CommandGetSchema)(nil),                                // 44: subflow.pulsartest.wire.CommandGetSchema
-	(*CommandGetSchemaResponse)(nil),                        // 45: subflow.pulsartest.wire.CommandGetSchemaResponse
-	(*CommandGetOrCreateSchema)(nil),                        // 46: subflow.pulsartest.wire.CommandGetOrCreateSchema
-	(*CommandGetOrCreateSchemaResponse)(nil),                // 47: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
-	(*BaseCommand)(nil),                                     // 48: subflow.pulsartest.wire.BaseCommand
+	(ProducerAccessMode)(0),                                 // 1: subflow.pulsartest.wire.ProducerAccessMode
+	(CommandSubscribe_SubType)(0),                           // 2: subflow.pulsartest.wire.CommandSubscribe.SubType
+	(CommandSubscribe_InitialPosition)(0),                   // 3: subflow.pulsartest.wire.CommandSubscribe.InitialPosition
+	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 4: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.LookupType
+	(CommandLookupTopicResponse_LookupType)(0),              // 5: subflow.pulsartest.wire.CommandLookupTopicResponse.LookupType
+	(CommandAck_AckType)(0),                                 // 6: subflow.pulsartest.wire.CommandAck.AckType
+	(CommandGetTopicsOfNamespace_Mode)(0),                   // 7: subflow.pulsartest.wire.CommandGetTopicsOfNamespace.Mode
+	(BaseCommand_Type)(0),                                   // 8: subflow.pulsartest.wire.BaseCommand.Type
+	(*KeyValue)(nil),                                        // 9: subflow.pulsartest.wire.KeyValue
+	(*MessageIdData)(nil),                                   // 10: subflow.pulsartest.wire.MessageIdData
+	(*MessageMetadata)(nil),                                 // 11: subflow.pulsartest.wire.MessageMetadata
+	(*SingleMessageMetadata)(nil),                           // 12: subflow.pulsartest.wire.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 13: subflow.pulsartest.wire.BrokerEntryMetadata
+	(*FeatureFlags)(nil),                                    // 14: subflow.pulsartest.wire.FeatureFlags
+	(*CommandConnect)(nil),                                  // 15: subflow.pulsartest.wire.CommandConnect
+	(*CommandConnected)(nil),                                // 16: subflow.pulsartest.wire.CommandConnected
+	(*CommandSubscribe)(nil),                                // 17: subflow.pulsartest.wire.CommandSubscribe
+	(*CommandPartitionedTopicMetadata)(nil),                 // 18: subflow.pulsartest.wire.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 19: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 20: subflow.pulsartest.wire.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 21: subflow.pulsartest.wire.CommandLookupTopicResponse
+	(*CommandProducer)(nil),                                 // 22: subflow.pulsartest.wire.CommandProducer
+	(*CommandSend)(nil),                                     // 23: subflow.pulsartest.wire.CommandSend
+	(*CommandSendReceipt)(nil),                              // 24: subflow.pulsartest.wire.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 25: subflow.pulsartest.wire.CommandSendError
+	(*CommandMessage)(nil),                                  // 26: subflow.pulsartest.wire.CommandMessage
+	(*CommandAck)(nil),                                      // 27: subflow.pulsartest.wire.CommandAck
+	(*CommandAckResponse)(nil),                              // 28: subflow.pulsartest.wire.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 29: subflow.pulsartest.wire.CommandActiveConsumerChange
+	(*CommandFlow)(nil),                                     // 30: subflow.pulsartest.wire.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 31: subflow.pulsartest.wire.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 32: subflow.pulsartest.wire.CommandSeek
+	(*CommandCloseProducer)(nil),                            // 33: subflow.pulsartest.wire.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 34: subflow.pulsartest.wire.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 35: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 36: subflow.pulsartest.wire.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 37: subflow.pulsartest.wire.CommandProducerSuccess
+	(*CommandError)(nil),                                    // 38: subflow.pulsartest.wire.CommandError
+	(*CommandPing)(nil),                                     // 39: subflow.pulsartest.wire.CommandPing
+	(*CommandPong)(nil),                                     // 40: subflow.pulsartest.wire.CommandPong
+	(*CommandGetLastMessageId)(nil),                         // 41: subflow.pulsartest.wire.CommandGetLastMessageId
+	(*CommandGetLastMessageIdResponse)(nil),                 // 42: subflow.pulsartest.wire.CommandGetLastMessageIdResponse
+	(*CommandGetTopicsOfNamespace)(nil),                     // 43: subflow.pulsartest.wire.CommandGetTopicsOfNamespace
+	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 44: subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
+	(*CommandGetSchema)(nil),                                // 45: subflow.pulsartest.wire.CommandGetSchema
+	(*CommandGetSchemaResponse)(nil),                        // 46: subflow.pulsartest.wire.CommandGetSchemaResponse
+	(*CommandGetOrCreateSchema)(nil),                        // 47: subflow.pulsartest.wire.CommandGetOrCreateSchema
+	(*CommandGetOrCreateSchemaResponse)(nil),                // 48: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	(*BaseCommand)(nil),                                     // 49: subflow.pulsartest.wire.BaseCommand
 }
 var file_wire_proto_depIdxs = []int32{
-	8,  // 0: subflow.pulsartest.wire.MessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
-	8,  // 1: subflow.pulsartest.wire.SingleMessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
-	13, // 2: subflow.pulsartest.wire.CommandConnect.feature_flags:type_name -> subflow.pulsartest.wire.FeatureFlags
-	13, // 3: subflow.pulsartest.wire.CommandConnected.feature_flags:type_name -> subflow.pulsartest.wire.FeatureFlags
-	1,  // 4: subflow.pulsartest.wire.CommandSubscribe.subType:type_name -> subflow.pulsartest.wire.CommandSubscribe.SubType
-	9,  // 5: subflow.pulsartest.wire.CommandSubscribe.start_message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	2,  // 6: subflow.pulsartest.wire.CommandSubscribe.initialPosition:type_name -> subflow.pulsartest.wire.CommandSubscribe.InitialPosition
-	3,  // 7: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.response:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.LookupType
-	0,  // 8: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.error:type_name -> subflow.pulsartest.wire.ServerError
-	4,  // 9: subflow.pulsartest.wire.CommandLookupTopicResponse.response:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse.LookupType
-	0,  // 10: subflow.pulsartest.wire.CommandLookupTopicResponse.error:type_name -> subflow.pulsartest.wire.ServerError
-	9,  // 11: subflow.pulsartest.wire.CommandSendReceipt.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	0,  // 12: subflow.pulsartest.wire.CommandSendError.error:type_name -> subflow.pulsartest.wire.ServerError
-	9,  // 13: subflow.pulsartest.wire.CommandMessage.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	5,  // 14: subflow.pulsartest.wire.CommandAck.ack_type:type_name -> subflow.pulsartest.wire.CommandAck.AckType
-	9,  // 15: subflow.pulsartest.wire.CommandAck.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	0,  // 16: subflow.pulsartest.wire.CommandAckResponse.error:type_name -> subflow.pulsartest.wire.ServerError
-	9,  // 17: subflow.pulsartest.wire.CommandSeek.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	9,  // 18: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> subflow.pulsartest.wire.MessageIdData
-	0,  // 19: subflow.pulsartest.wire.CommandError.error:type_name -> subflow.pulsartest.wire.ServerError
-	9,  // 20: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.last_message_id:type_name -> subflow.pulsartest.wire.MessageIdData
-	9,  // 21: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.consumer_mark_delete_position:type_name -> subflow.pulsartest.wire.MessageIdData
-	6,  // 22: subflow.pulsartest.wire.CommandGetTopicsOfNamespace.mode:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace.Mode
-	0,  // 23: subflow.pulsartest.wire.CommandGetSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
-	0,  // 24: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
-	7,  // 25: subflow.pulsartest.wire.BaseCommand.type:type_name -> subflow.pulsartest.wire.BaseCommand.Type
-	14, // 26: subflow.pulsartest.wire.BaseCommand.connect:type_name -> subflow.pulsartest.wire.CommandConnect
-	15, // 27: subflow.pulsartest.wire.BaseCommand.connected:type_name -> subflow.pulsartest.wire.CommandConnected
-	16, // 28: subflow.pulsartest.wire.BaseCommand.subscribe:type_name -> subflow.pulsartest.wire.CommandSubscribe
-	21, // 29: subflow.pulsartest.wire.BaseCommand.producer:type_name -> subflow.pulsartest.wire.CommandProducer
-	22, // 30: subflow.pulsartest.wire.BaseCommand.send:type_name -> subflow.pulsartest.wire.CommandSend
-	23, // 31: subflow.pulsartest.wire.BaseCommand.send_receipt:type_name -> subflow.pulsartest.wire.CommandSendReceipt
-	24, // 32: subflow.pulsartest.wire.BaseCommand.send_error:type_name -> subflow.pulsartest.wire.CommandSendError
-	25, // 33: subflow.pulsartest.wire.BaseCommand.message:type_name -> subflow.pulsartest.wire.CommandMessage
-	26, // 34: subflow.pulsartest.wire.BaseCommand.ack:type_name -> subflow.pulsartest.wire.CommandAck
-	29, // 35: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
-	30, // 36: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
-	35, // 37: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
-	37, // 38: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
-	32, // 39: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
-	33, // 40: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
-	36, // 41: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
-	38, // 42: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
-	39, // 43: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
-	34, // 44: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
-	17, // 45: subflow.pulsartest.wire.BaseCommand.partitionMetadata:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadata
-	18, // 46: subflow.pulsartest.wire.BaseCommand.partitionMetadataResponse:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
-	19, // 47: subflow.pulsartest.wire.BaseCommand.lookupTopic:type_name -> subflow.pulsartest.wire.CommandLookupTopic
-	20, // 48: subflow.pulsartest.wire.BaseCommand.lookupTopicResponse:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse
-	31, // 49: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
-	40, // 50: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
-	41, // 51: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
-	28, // 52: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
-	42, // 53: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
-	43, // 54: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	44, // 55: subflow.pulsartest.wire.BaseCommand.getSchema:type_name -> subflow.pulsartest.wire.CommandGetSchema
-	45, // 56: subflow.pulsartest.wire.BaseCommand.getSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetSchemaResponse
-	27, // 57: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
-	46, // 58: subflow.pulsartest.wire.BaseCommand.getOrCreateSchema:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchema
-	47, // 59: subflow.pulsartest.wire.BaseCommand.getOrCreateSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	9,  // 0: subflow.pulsartest.wire.MessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
+	9,  // 1: subflow.pulsartest.wire.SingleMessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
+	14, // 2: subflow.pulsartest.wire.CommandConnect.feature_flags:type_name -> subflow.pulsartest.wire.FeatureFlags
+	14, // 3: subflow.pulsartest.wire.CommandConnected.feature_flags:type_name -> subflow.pulsartest.wire.FeatureFlags
+	2,  // 4: subflow.pulsartest.wire.CommandSubscribe.subType:type_name -> subflow.pulsartest.wire.CommandSubscribe.SubType
+	10, // 5: subflow.pulsartest.wire.CommandSubscribe.start_message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	9,  // 6: subflow.pulsartest.wire.CommandSubscribe.metadata:type_name -> subflow.pulsartest.wire.KeyValue
+	3,  // 7: subflow.pulsartest.wire.CommandSubscribe.initialPosition:type_name -> subflow.pulsartest.wire.CommandSubscribe.InitialPosition
+	4,  // 8: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.response:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.LookupType
+	0,  // 9: subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse.error:type_name -> subflow.pulsartest.wire.ServerError
+	5,  // 10: subflow.pulsartest.wire.CommandLookupTopicResponse.response:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse.LookupType
+	0,  // 11: subflow.pulsartest.wire.CommandLookupTopicResponse.error:type_name -> subflow.pulsartest.wire.ServerError
+	9,  // 12: subflow.pulsartest.wire.CommandProducer.metadata:type_name -> subflow.pulsartest.wire.KeyValue
+	1,  // 13: subflow.pulsartest.wire.CommandProducer.producer_access_mode:type_name -> subflow.pulsartest.wire.ProducerAccessMode
+	10, // 14: subflow.pulsartest.wire.CommandSendReceipt.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	0,  // 15: subflow.pulsartest.wire.CommandSendError.error:type_name -> subflow.pulsartest.wire.ServerError
+	10, // 16: subflow.pulsartest.wire.CommandMessage.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	6,  // 17: subflow.pulsartest.wire.CommandAck.ack_type:type_name -> subflow.pulsartest.wire.CommandAck.AckType
+	10, // 18: subflow.pulsartest.wire.CommandAck.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	0,  // 19: subflow.pulsartest.wire.CommandAckResponse.error:type_name -> subflow.pulsartest.wire.ServerError
+	10, // 20: subflow.pulsartest.wire.CommandSeek.message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	10, // 21: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> subflow.pulsartest.wire.MessageIdData
+	0,  // 22: subflow.pulsartest.wire.CommandError.error:type_name -> subflow.pulsartest.wire.ServerError
+	10, // 23: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.last_message_id:type_name -> subflow.pulsartest.wire.MessageIdData
+	10, // 24: subflow.pulsartest.wire.CommandGetLastMessageIdResponse.consumer_mark_delete_position:type_name -> subflow.pulsartest.wire.MessageIdData
+	7,  // 25: subflow.pulsartest.wire.CommandGetTopicsOfNamespace.mode:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace.Mode
+	0,  // 26: subflow.pulsartest.wire.CommandGetSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
+	0,  // 27: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse.error_code:type_name -> subflow.pulsartest.wire.ServerError
+	8,  // 28: subflow.pulsartest.wire.BaseCommand.type:type_name -> subflow.pulsartest.wire.BaseCommand.Type
+	15, // 29: subflow.pulsartest.wire.BaseCommand.connect:type_name -> subflow.pulsartest.wire.CommandConnect
+	16, // 30: subflow.pulsartest.wire.BaseCommand.connected:type_name -> subflow.pulsartest.wire.CommandConnected
+	17, // 31: subflow.pulsartest.wire.BaseCommand.subscribe:type_name -> subflow.pulsartest.wire.CommandSubscribe
+	22, // 32: subflow.pulsartest.wire.BaseCommand.producer:type_name -> subflow.pulsartest.wire.CommandProducer
+	23, // 33: subflow.pulsartest.wire.BaseCommand.send:type_name -> subflow.pulsartest.wire.CommandSend
+	24, // 34: subflow.pulsartest.wire.BaseCommand.send_receipt:type_name -> subflow.pulsartest.wire.CommandSendReceipt
+	25, // 35: subflow.pulsartest.wire.BaseCommand.send_error:type_name -> subflow.pulsartest.wire.CommandSendError
+	26, // 36: subflow.pulsartest.wire.BaseCommand.message:type_name -> subflow.pulsartest.wire.CommandMessage
+	27, // 37: subflow.pulsartest.wire.BaseCommand.ack:type_name -> subflow.pulsartest.wire.CommandAck
+	30, // 38: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
+	31, // 39: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
+	36, // 40: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
+	38, // 41: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
+	33, // 42: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
+	34, // 43: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
+	37, // 44: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
+	39, // 45: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
+	40, // 46: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
+	35, // 47: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
+	18, // 48: subflow.pulsartest.wire.BaseCommand.partitionMetadata:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadata
+	19, // 49: subflow.pulsartest.wire.BaseCommand.partitionMetadataResponse:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
+	20, // 50: subflow.pulsartest.wire.BaseCommand.lookupTopic:type_name -> subflow.pulsartest.wire.CommandLookupTopic
+	21, // 51: subflow.pulsartest.wire.BaseCommand.lookupTopicResponse:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse
+	32, // 52: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
+	41, // 53: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
+	42, // 54: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
+	29, // 55: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
+	43, // 56: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
+	44, // 57: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
+	45, // 58: subflow.pulsartest.wire.BaseCommand.getSchema:type_name -> subflow.pulsartest.wire.CommandGetSchema
+	46, // 59: subflow.pulsartest.wire.BaseCommand.getSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetSchemaResponse
+	28, // 60: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
+	47, // 61: subflow.pulsartest.wire.BaseCommand.getOrCreateSchema:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchema
+	48, // 62: subflow.pulsartest.wire.BaseCommand.getOrCreateSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -4280,7 +4405,7 @@ func file_wire_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
-			NumEnums:      8,
+			NumEnums:      9,
 			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,

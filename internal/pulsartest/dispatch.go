@@ -152,14 +152,47 @@ func (s *subscription) sendShared(offs []int) {
 	}
 }
 
-// nextSharedConsumer is getNextConsumer: round robin over consumers that are
-// not blocked and have permits.
+// nextSharedConsumer is AbstractDispatcherMultipleConsumers.getNextConsumer
+// (ConsumerPrioritySelector.select) over consumers sorted by priority level:
+// from the round-robin cursor, an available consumer of a lower level number
+// comes first, then the next available one of the cursor's level (wrapping
+// within the level), then the first available one of a higher number.
+// Available is not blocked and with permits.
 func (s *subscription) nextSharedConsumer() *consumer {
-	for i := range s.consumers {
-		c := s.consumers[(s.nextShared+i)%len(s.consumers)]
-		if !c.blocked && c.permits > 0 {
-			s.nextShared = (s.nextShared + i + 1) % len(s.consumers)
-			return c
+	cs := s.consumers
+	if len(cs) == 0 {
+		return nil
+	}
+	if s.nextShared >= len(cs) {
+		s.nextShared = 0
+	}
+	available := func(c *consumer) bool { return !c.blocked && c.permits > 0 }
+	pick := func(i int) *consumer {
+		s.nextShared = i + 1
+		return cs[i]
+	}
+	cur := s.nextShared
+	level := cs[cur].priority
+	for i := 0; i < cur && cs[i].priority < level; i++ {
+		if available(cs[i]) {
+			return pick(i)
+		}
+	}
+	first, end := cur, cur
+	for first > 0 && cs[first-1].priority == level {
+		first--
+	}
+	for end < len(cs) && cs[end].priority == level {
+		end++
+	}
+	for k := range end - first {
+		if i := first + (cur-first+k)%(end-first); available(cs[i]) {
+			return pick(i)
+		}
+	}
+	for i := end; i < len(cs); i++ {
+		if available(cs[i]) {
+			return pick(i)
 		}
 	}
 	return nil

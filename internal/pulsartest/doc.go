@@ -81,6 +81,14 @@
 //     ServerCnx.checkConnectionLiveness). pulsar-client-go v0.20 and later
 //     give up reconnecting on ConsumerBusy.
 //   - A cumulative ack on Shared or Key_Shared is ignored (Consumer.messageAcked).
+//   - Shared consumers' priority_level (AbstractDispatcherMultipleConsumers.getNextConsumer,
+//     ConsumerPrioritySelector): the consumer list is sorted by level, join
+//     order within one; dispatch goes to the lowest level number that has a
+//     consumer with permits, round robin within the level.
+//   - A PRODUCER's initial_subscription_name (dead-letter producers set it)
+//     creates that subscription if absent, durable at the topic's first entry,
+//     before the producer is admitted (ServerCnx.handleProducer,
+//     createSubscription with InitialPosition.Earliest).
 //   - Failover (AbstractDispatcherSingleActiveConsumer.pickAndScheduleActiveConsumer):
 //     consumers sorted by priority level then name; on a partition the
 //     active one is partition index mod count, else a hash ring of the names

@@ -33,7 +33,7 @@ func (c *conn) handleProducer(req *pb.CommandProducer) {
 	}
 	t := c.b.getTopic(tn.full, true)
 	p := &producer{id: req.GetProducerId(), name: name, conn: c, t: t}
-	last, code, msg := t.addProducer(p)
+	last, code, msg := t.addProducer(p, req.GetInitialSubscriptionName())
 	if msg != "" {
 		c.sendError(reqID, code, msg)
 		return

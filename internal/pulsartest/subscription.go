@@ -530,6 +530,11 @@ func (t *topic) subscribe(c *conn, req *pb.CommandSubscribe) (*consumer, pb.Serv
 		return nil, pb.ServerError_ServiceNotReady, "connection closed"
 	}
 	s.consumers = append(s.consumers, cons)
+	if s.kind == pb.CommandSubscribe_Shared {
+		// PersistentDispatcherMultipleConsumers.addConsumer keeps the list sorted by
+		// priority level, join order within a level; getNextConsumer walks it.
+		slices.SortStableFunc(s.consumers, func(a, b *consumer) int { return cmp.Compare(a.priority, b.priority) })
+	}
 	if s.individualAck() {
 		s.membershipChanged()
 	} else if !s.electActive() && s.active != nil {

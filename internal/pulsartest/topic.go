@@ -269,12 +269,19 @@ func (t *topic) lastMessageID() *pb.MessageIdData {
 // addProducer registers a producer and returns its last stored sequence id,
 // or the error to answer: the broker does not own the topic, or a producer
 // of that name is already connected. The ownership check is under t.mu so
-// that an unload running meanwhile closes the producer.
-func (t *topic) addProducer(p *producer) (int64, pb.ServerError, string) {
+// that an unload running meanwhile closes the producer. An initial
+// subscription name creates that subscription first, if absent
+// (ServerCnx.handleProducer: topic.createSubscription(name,
+// InitialPosition.Earliest, ...)): durable, at the topic's first entry, whether
+// or not the producer is then admitted.
+func (t *topic) addProducer(p *producer, initialSub string) (int64, pb.ServerError, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !p.conn.b.owns(t.name.full) {
 		return 0, pb.ServerError_ServiceNotReady, p.conn.b.notServedError(t.name)
+	}
+	if initialSub != "" && t.subs[initialSub] == nil {
+		t.subs[initialSub] = newSubscription(t, initialSub, pb.CommandSubscribe_Exclusive, true, 0)
 	}
 	for other := range t.producers {
 		if other.name == p.name {
