@@ -22,7 +22,7 @@ const (
 )
 
 // StateSource tells which input decided the effective state.
-// +kubebuilder:validation:Enum=Spec;Window;Override
+// +kubebuilder:validation:Enum=Spec;Window;Condition;Override
 type StateSource string
 
 const (
@@ -32,6 +32,7 @@ const (
 	SourceWindow StateSource = "Window"
 	// SourceOverride means the override annotation decided.
 	SourceOverride StateSource = "Override"
+	// SourceCondition (pausewhen_types.go): a spec.pauseWhen condition holds.
 )
 
 // DeletionPolicy says what happens to the agents' rule when the flow is deleted.
@@ -108,6 +109,14 @@ type SubscriptionFlowSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+
+	// pauseWhen are conditions under which the flow pauses itself: while any holds, a Running
+	// flow is Paused. An override still wins, and Stopped still beats Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	PauseWhen []PauseCondition `json:"pauseWhen,omitempty"`
 
 	// agent tells the controller how to reach and authenticate to the agents.
 	// +optional
@@ -270,6 +279,13 @@ type SubscriptionFlowStatus struct {
 	// +kubebuilder:validation:MaxItems=10000
 	// +kubebuilder:validation:items:MaxLength=253
 	HeldBy []string `json:"heldBy,omitempty"`
+
+	// pauseWhen reports each spec.pauseWhen condition: whether it holds, since when, what was seen.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	PauseWhen []PauseConditionStatus `json:"pauseWhen,omitempty"`
 
 	// seek reports the last seek request.
 	// +optional
