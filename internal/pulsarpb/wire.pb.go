@@ -54,6 +54,9 @@ const (
 	ServerError_TransactionCoordinatorNotFound        ServerError = 20
 	ServerError_InvalidTxnStatus                      ServerError = 21
 	ServerError_NotAllowedError                       ServerError = 22
+	ServerError_TransactionConflict                   ServerError = 23
+	ServerError_TransactionNotFound                   ServerError = 24
+	ServerError_ProducerFenced                        ServerError = 25
 )
 
 // Enum value maps for ServerError.
@@ -82,6 +85,9 @@ var (
 		20: "TransactionCoordinatorNotFound",
 		21: "InvalidTxnStatus",
 		22: "NotAllowedError",
+		23: "TransactionConflict",
+		24: "TransactionNotFound",
+		25: "ProducerFenced",
 	}
 	ServerError_value = map[string]int32{
 		"UnknownError":                          0,
@@ -107,6 +113,9 @@ var (
 		"TransactionCoordinatorNotFound":        20,
 		"InvalidTxnStatus":                      21,
 		"NotAllowedError":                       22,
+		"TransactionConflict":                   23,
+		"TransactionNotFound":                   24,
+		"ProducerFenced":                        25,
 	}
 )
 
@@ -4225,7 +4234,7 @@ const file_wire_proto_rawDesc = "" +
 	"\rAUTH_RESPONSE\x10%\x12\x10\n" +
 	"\fACK_RESPONSE\x10&\x12\x18\n" +
 	"\x14GET_OR_CREATE_SCHEMA\x10'\x12!\n" +
-	"\x1dGET_OR_CREATE_SCHEMA_RESPONSE\x10(*\xbc\x04\n" +
+	"\x1dGET_OR_CREATE_SCHEMA_RESPONSE\x10(*\x82\x05\n" +
 	"\vServerError\x12\x10\n" +
 	"\fUnknownError\x10\x00\x12\x11\n" +
 	"\rMetadataError\x10\x01\x12\x14\n" +
@@ -4250,7 +4259,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x13ConsumerAssignError\x10\x13\x12\"\n" +
 	"\x1eTransactionCoordinatorNotFound\x10\x14\x12\x14\n" +
 	"\x10InvalidTxnStatus\x10\x15\x12\x13\n" +
-	"\x0fNotAllowedError\x10\x16*_\n" +
+	"\x0fNotAllowedError\x10\x16\x12\x17\n" +
+	"\x13TransactionConflict\x10\x17\x12\x17\n" +
+	"\x13TransactionNotFound\x10\x18\x12\x12\n" +
+	"\x0eProducerFenced\x10\x19*_\n" +
 	"\x12ProducerAccessMode\x12\n" +
 	"\n" +
 	"\x06Shared\x10\x00\x12\r\n" +

@@ -85,6 +85,19 @@
 //     ConsumerPrioritySelector): the consumer list is sorted by level, join
 //     order within one; dispatch goes to the lowest level number that has a
 //     consumer with permits, round robin within the level.
+//   - producer_access_mode (AbstractTopic.incrementTopicEpochIfNeeded,
+//     handleProducerRemoved): beside an Exclusive producer, or one waiting, a
+//     Shared producer gets ProducerBusy and an Exclusive one ProducerFenced
+//     ("Topic has an existing exclusive producer: name"; "Topic has existing
+//     shared producers" beside Shared ones); WaitForExclusive beside any
+//     producer is answered PRODUCER_SUCCESS with producer_ready=false and
+//     readied, first come first served, when an exclusive producer goes - as
+//     in Pulsar, not when the last Shared one goes; ExclusiveWithFencing
+//     closes every producer (CLOSE_PRODUCER) and fails the waiting ones with
+//     ProducerFenced "Fenced out". Exclusive producers take the next topic
+//     epoch (PRODUCER_SUCCESS topic_epoch, absent before the first); one
+//     reconnecting with an older epoch is fenced. A SEND for a waiting
+//     producer closes the connection (ServerCnx.handleSend).
 //   - A PRODUCER's initial_subscription_name (dead-letter producers set it)
 //     creates that subscription if absent, durable at the topic's first entry,
 //     before the producer is admitted (ServerCnx.handleProducer,

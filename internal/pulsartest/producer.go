@@ -32,30 +32,71 @@ func (c *conn) handleProducer(req *pb.CommandProducer) {
 		name = fmt.Sprintf("pulsartest-%d", c.b.st.nextProducer.Add(1))
 	}
 	t := c.b.getTopic(tn.full, true)
-	p := &producer{id: req.GetProducerId(), name: name, conn: c, t: t}
-	last, code, msg := t.addProducer(p, req.GetInitialSubscriptionName())
-	if msg != "" {
-		c.sendError(reqID, code, msg)
-		return
+	p := &producer{
+		id: req.GetProducerId(), name: name, conn: c, t: t, mode: req.GetProducerAccessMode(), reqID: reqID,
+		metadata: keyValues(req.GetMetadata()),
 	}
+	if req.TopicEpoch != nil {
+		p.epoch = proto.Uint64(req.GetTopicEpoch())
+	}
+	// Registered before the topic can ready a waiting producer, so a CLOSE_PRODUCER finds it.
 	c.mu.Lock()
 	c.producers[p.id] = p
 	delete(c.closedProducers, p.id)
 	c.mu.Unlock()
+	last, queued, code, msg := t.addProducer(p, req.GetInitialSubscriptionName())
+	if msg != "" {
+		c.forgetProducer(p)
+		c.sendError(reqID, code, msg)
+		return
+	}
 	if c.isClosed() { // the connection closed meanwhile: no ghost producer
 		t.removeProducer(p)
 		return
 	}
+	if queued {
+		// ServerCnx.buildProducerAndAddTopic: "Producer is waiting in queue", answered at
+		// once with producer_ready=false; the client keeps waiting for the second answer.
+		c.producerSuccess(p, last, nil, false)
+		return
+	}
+	t.mu.Lock()
+	epoch := t.topicEpoch()
+	t.mu.Unlock()
+	c.producerSuccess(p, last, epoch, true)
+}
+
+func (c *conn) producerSuccess(p *producer, last int64, epoch *uint64, ready bool) {
 	c.send(&pb.BaseCommand{
 		Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(),
 		ProducerSuccess: &pb.CommandProducerSuccess{
-			RequestId:      proto.Uint64(reqID),
-			ProducerName:   proto.String(name),
+			RequestId:      proto.Uint64(p.reqID),
+			ProducerName:   proto.String(p.name),
 			LastSequenceId: proto.Int64(last),
-			TopicEpoch:     proto.Uint64(0),
-			ProducerReady:  proto.Bool(true),
+			TopicEpoch:     epoch,
+			ProducerReady:  proto.Bool(ready),
 		},
 	})
+}
+
+// forgetProducer drops a producer from the connection, if it is still the one of its id.
+func (c *conn) forgetProducer(p *producer) {
+	c.mu.Lock()
+	if c.producers[p.id] == p {
+		delete(c.producers, p.id)
+	}
+	c.mu.Unlock()
+}
+
+func keyValues(kvs []*pb.KeyValue) map[string]string {
+	if len(kvs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[kv.GetKey()] = kv.GetValue()
+	}
+	return m
 }
 
 func (c *conn) handleSend(req *pb.CommandSend, payload []byte) {
@@ -64,6 +105,11 @@ func (c *conn) handleSend(req *pb.CommandSend, payload []byte) {
 		// ServerCnx.handleSend: "We expect these messages because we
 		// recently closed the producer"; the client sends them again
 		// after it reconnects.
+		return
+	}
+	if p != nil && p.t.isWaiting(p) {
+		// ServerCnx.handleSend: "the producer is not ready", closing the connection.
+		c.close()
 		return
 	}
 	if p == nil {

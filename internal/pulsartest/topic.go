@@ -2,6 +2,7 @@ package pulsartest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -54,16 +55,23 @@ type topic struct {
 	size              int64
 	subs              map[string]*subscription
 	producers         map[*producer]struct{}
+	exclusive         *producer        // hasExclusiveProducer / exclusiveProducerName
+	waiting           []*producer      // WaitForExclusive producers, in arrival order
+	epoch             int64            // topic epoch of exclusive producers; -1 until the first
 	lastSeq           map[string]int64 // per producer name, for deduplication across reconnects
 	msgIn             int64
 	lane              lane // deferred dispatcher updates (FLOW)
 }
 
 type producer struct {
-	id   uint64
-	name string
-	conn *conn
-	t    *topic
+	id       uint64
+	name     string
+	conn     *conn
+	t        *topic
+	mode     pb.ProducerAccessMode
+	epoch    *uint64 // the topic epoch the client had (on a reconnection)
+	reqID    uint64  // the PRODUCER request, answered again when a waiting producer is ready
+	metadata map[string]string
 }
 
 // newTopic opens a topic with its first ledger, as ManagedLedgerImpl does
@@ -76,6 +84,7 @@ func newTopic(b *Broker, tn topicName) *topic {
 		partition:         int32(tn.partition),
 		ledgers:           []ledgerInfo{{id: b.st.nextLedger.Add(1), created: b.now()}},
 		lastIndex:         -1,
+		epoch:             -1,
 		indexAtLedgerOpen: -1,
 		subs:              map[string]*subscription{},
 		producers:         map[*producer]struct{}{},
@@ -267,64 +276,180 @@ func (t *topic) lastMessageID() *pb.MessageIdData {
 }
 
 // addProducer registers a producer and returns its last stored sequence id,
-// or the error to answer: the broker does not own the topic, or a producer
-// of that name is already connected. The ownership check is under t.mu so
-// that an unload running meanwhile closes the producer. An initial
-// subscription name creates that subscription first, if absent
-// (ServerCnx.handleProducer: topic.createSubscription(name,
-// InitialPosition.Earliest, ...)): durable, at the topic's first entry, whether
-// or not the producer is then admitted.
-func (t *topic) addProducer(p *producer, initialSub string) (int64, pb.ServerError, string) {
+// or the error to answer: the broker does not own the topic, a producer of
+// that name is already connected, or its access mode is refused. queued means
+// a WaitForExclusive producer waits for the exclusive one to go. The
+// ownership check is under t.mu so that an unload running meanwhile closes
+// the producer. An initial subscription name creates that subscription
+// first, if absent (ServerCnx.handleProducer: topic.createSubscription(name,
+// InitialPosition.Earliest, ...)): durable, at the topic's first entry,
+// whether or not the producer is then admitted.
+func (t *topic) addProducer(p *producer, initialSub string) (last int64, queued bool, code pb.ServerError, msg string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !p.conn.b.owns(t.name.full) {
-		return 0, pb.ServerError_ServiceNotReady, p.conn.b.notServedError(t.name)
+		return 0, false, pb.ServerError_ServiceNotReady, p.conn.b.notServedError(t.name)
 	}
 	if initialSub != "" && t.subs[initialSub] == nil {
 		t.subs[initialSub] = newSubscription(t, initialSub, pb.CommandSubscribe_Exclusive, true, 0)
 	}
 	for other := range t.producers {
 		if other.name == p.name {
-			return 0, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", p.name)
+			return 0, false, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", p.name)
 		}
 	}
-	t.producers[p] = struct{}{}
-	if last, ok := t.lastSeq[p.name]; ok && t.b.opts.Deduplication {
-		return last, 0, ""
+	if queued, code, msg = t.admit(p); msg != "" || queued {
+		return 0, queued, code, msg
 	}
-	return -1, 0, ""
+	t.producers[p] = struct{}{}
+	return t.lastSequence(p), false, 0, ""
+}
+
+func (t *topic) lastSequence(p *producer) int64 {
+	if last, ok := t.lastSeq[p.name]; ok && t.b.opts.Deduplication {
+		return last
+	}
+	return -1
+}
+
+// admit applies the producer's access mode (AbstractTopic.incrementTopicEpochIfNeeded);
+// t.mu is held. Shared is refused with ProducerBusy beside an exclusive or waiting
+// producer; Exclusive with ProducerFenced beside any producer; ExclusiveWithFencing
+// closes the others (waiting ones fail with ProducerFenced "Fenced out");
+// WaitForExclusive queues behind any producer. A producer reconnecting with a topic
+// epoch older than the topic's is fenced, as a new exclusive producer came meanwhile.
+func (t *topic) admit(p *producer) (queued bool, code pb.ServerError, msg string) {
+	switch p.mode {
+	case pb.ProducerAccessMode_Shared:
+		if t.exclusive != nil || len(t.waiting) > 0 {
+			return false, pb.ServerError_ProducerBusy, "Topic has an existing exclusive producer: " + t.exclusiveName()
+		}
+		return false, 0, ""
+	case pb.ProducerAccessMode_Exclusive:
+		if t.exclusive != nil || len(t.waiting) > 0 {
+			return false, pb.ServerError_ProducerFenced, "Topic has an existing exclusive producer: " + t.exclusiveName()
+		}
+		if len(t.producers) > 0 {
+			return false, pb.ServerError_ProducerFenced, "Topic has existing shared producers"
+		}
+	case pb.ProducerAccessMode_ExclusiveWithFencing:
+		if t.exclusive != nil || len(t.producers) > 0 {
+			waiting := t.waiting
+			t.waiting = nil
+			for _, w := range waiting {
+				w.conn.sendError(w.reqID, pb.ServerError_ProducerFenced, "Fenced out")
+				w.conn.forgetProducer(w)
+			}
+			for other := range t.producers {
+				t.closeProducerLocked(other)
+			}
+		}
+	case pb.ProducerAccessMode_WaitForExclusive:
+		if t.exclusive != nil || len(t.producers) > 0 {
+			t.waiting = append(t.waiting, p)
+			return true, 0, ""
+		}
+	default:
+		return false, pb.ServerError_UnknownError, "Invalid producer access mode: " + p.mode.String()
+	}
+	if p.epoch != nil && int64(*p.epoch) < t.epoch {
+		return false, pb.ServerError_ProducerFenced, fmt.Sprintf("Topic epoch has already moved. Current epoch: %d, Producer epoch: %d", t.epoch, *p.epoch)
+	}
+	t.takeExclusive(p)
+	return false, 0, ""
+}
+
+func (t *topic) isWaiting(p *producer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(t.waiting, p)
+}
+
+func (t *topic) exclusiveName() string {
+	if t.exclusive == nil {
+		return "null"
+	}
+	return t.exclusive.name
+}
+
+// takeExclusive gives the topic to p: the epoch it reconnects with, else the next one
+// (setTopicEpoch, incrementTopicEpoch).
+func (t *topic) takeExclusive(p *producer) {
+	t.exclusive = p
+	if p.epoch != nil {
+		t.epoch = int64(*p.epoch)
+	} else {
+		t.epoch++
+	}
+}
+
+// topicEpoch is the epoch PRODUCER_SUCCESS carries, absent before any exclusive producer.
+func (t *topic) topicEpoch() *uint64 {
+	if t.epoch < 0 {
+		return nil
+	}
+	return proto.Uint64(uint64(t.epoch))
 }
 
 func (t *topic) removeProducer(p *producer) {
 	t.mu.Lock()
-	delete(t.producers, p)
+	t.removeProducerLocked(p)
 	t.mu.Unlock()
-	p.conn.mu.Lock()
-	if p.conn.producers[p.id] == p {
-		delete(p.conn.producers, p.id)
+	p.conn.forgetProducer(p)
+}
+
+// removeProducerLocked is AbstractTopic.removeProducer and handleProducerRemoved: while an
+// exclusive producer is registered, any producer's removal ends it and readies the first
+// waiting producer. A waiting producer closed before it was ready leaves the queue.
+func (t *topic) removeProducerLocked(p *producer) {
+	if i := slices.Index(t.waiting, p); i >= 0 {
+		t.waiting = slices.Delete(t.waiting, i, i+1)
+		return
 	}
+	if _, ok := t.producers[p]; !ok {
+		return
+	}
+	delete(t.producers, p)
+	if t.exclusive == nil {
+		return
+	}
+	t.exclusive = nil
+	for len(t.waiting) > 0 {
+		next := t.waiting[0]
+		t.waiting = t.waiting[1:]
+		if next.conn.isClosed() {
+			continue
+		}
+		t.takeExclusive(next)
+		t.producers[next] = struct{}{}
+		next.conn.producerSuccess(next, t.lastSequence(next), t.topicEpoch(), true)
+		return
+	}
+}
+
+// closeProducerLocked closes a producer from the broker side (Producer.close(true)):
+// CLOSE_PRODUCER tells the client, SENDs still in flight are ignored.
+func (t *topic) closeProducerLocked(p *producer) {
+	t.removeProducerLocked(p)
+	p.conn.forgetProducer(p)
+	p.conn.mu.Lock()
+	p.conn.closedProducers[p.id] = struct{}{}
 	p.conn.mu.Unlock()
+	p.conn.send(&pb.BaseCommand{
+		Type:          pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+		CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(^uint64(0))},
+	})
 }
 
 // unload closes every producer and consumer of the topic from the broker side.
 func (t *topic) unload() {
 	t.mu.Lock()
-	producers := make([]*producer, 0, len(t.producers))
+	for _, p := range slices.Clone(t.waiting) { // before the exclusive one, so none is readied
+		t.closeProducerLocked(p)
+	}
 	for p := range t.producers {
-		producers = append(producers, p)
+		t.closeProducerLocked(p)
 	}
-	t.mu.Unlock()
-	for _, p := range producers {
-		t.removeProducer(p)
-		p.conn.mu.Lock()
-		p.conn.closedProducers[p.id] = struct{}{}
-		p.conn.mu.Unlock()
-		p.conn.send(&pb.BaseCommand{
-			Type:          pb.BaseCommand_CLOSE_PRODUCER.Enum(),
-			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(^uint64(0))},
-		})
-	}
-	t.mu.Lock()
 	names := make([]string, 0, len(t.subs))
 	for name := range t.subs {
 		names = append(names, name)
