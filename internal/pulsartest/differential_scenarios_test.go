@@ -223,6 +223,25 @@ func init() {
 			delivered after expiry = new-0
 			expire on an unknown subscription = status=404
 		`}},
+		{name: "PriorityShared", run: diffPriorityShared, want: map[string]string{"": `
+			received by level = level0=10 level1=0
+			level-0 consumers served = high-a=true high-b=true
+		`}},
+		{name: "InitialSubscription", run: diffInitialSubscription, want: map[string]string{"": `
+			subscriptions of the dead-letter topic before any consumer = dead
+			backlog of the initial subscription = 1
+			received by a consumer starting at Latest = m-0
+		`}},
+		{name: "ProducerAccessModes", run: diffProducerAccessModes, want: map[string]string{"": `
+			exclusive = success ready=true epoch=e
+			second exclusive = error ProducerFenced org.apache.pulsar.broker.service.BrokerServiceException$ProducerFencedException: Topic has an existing exclusive producer: excl
+			shared = error ProducerBusy org.apache.pulsar.broker.service.BrokerServiceException$ProducerBusyException: Topic has an existing exclusive producer: excl
+			wait for exclusive = success ready=false epoch=none
+			wait for exclusive after the exclusive one closed = success ready=true epoch=e+1
+			exclusive with fencing = success ready=true epoch=e+2
+			the fenced producer = told=false, its next SEND closes the connection
+			publishers = 1
+		`}},
 		{name: "MessageTTLPolicy", run: diffMessageTTLPolicy, want: map[string]string{"": `
 			GET unset = status=200 body=
 			POST messageTTL=7 = status=204
@@ -1071,4 +1090,110 @@ func diffMessageTTLPolicy(tg *diffTarget, o *observation) {
 	tg.poll(5*time.Second, func() bool { return !strings.HasSuffix(get(""), "body=7") })
 	o.set("GET after DELETE", "%s", get(""))
 	o.set("GET applied after DELETE", "%s", get("?applied=true"))
+}
+
+// A Shared subscription serves the lowest priority level while it has permits, round robin
+// within the level.
+func diffPriorityShared(tg *diffTarget, o *observation) {
+	topic := tg.topic("priority")
+	consumers := map[string]pulsar.Consumer{}
+	for _, c := range []struct {
+		name  string
+		level int
+	}{{"low", 1}, {"high-a", 0}, {"high-b", 0}} {
+		consumers[c.name] = tg.subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared, Name: c.name, PriorityLevel: c.level})
+	}
+	tg.eventually("three grants", func() bool {
+		return len(tg.rec.Consumers(wirerec.Filter{Topic: topic})) == 3 && tg.rec.Permits(wirerec.Filter{Topic: topic}) >= 3
+	})
+	tg.sendN(tg.producer(topic, 0), "m", 10)
+	got := map[string]int{}
+	for _, name := range tg.drain(consumers, 10) {
+		got[name]++
+	}
+	o.set("received by level", "level0=%d level1=%d", got["high-a"]+got["high-b"], got["low"])
+	o.set("level-0 consumers served", "high-a=%v high-b=%v", got["high-a"] > 0, got["high-b"] > 0)
+}
+
+// A dead-letter producer's initial_subscription_name creates the subscription before anyone
+// subscribes, so the dead letter waits for it.
+func diffInitialSubscription(tg *diffTarget, o *observation) {
+	topic, dlq := tg.topic("work"), tg.topic("work-dlq")
+	cons := tg.subscribe(pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared, NackRedeliveryDelay: 50 * time.Millisecond,
+		DLQ: &pulsar.DLQPolicy{MaxDeliveries: 1, DeadLetterTopic: dlq, InitialSubscriptionName: "dead"},
+	})
+	tg.sendN(tg.producer(topic, 0), "m", 1)
+	cons.Nack(tg.receive(cons, 1, false)[0])
+	var st diffTopicStats
+	tg.eventually("the dead letter stored", func() bool {
+		return tg.getJSON(dlq+"/stats", &st) == http.StatusOK && st.Subscriptions["dead"].MsgBacklog == 1
+	})
+	o.set("subscriptions of the dead-letter topic before any consumer", "%s", strings.Join(slices.Sorted(mapKeys(st.Subscriptions)), " "))
+	o.set("backlog of the initial subscription", "%d", st.Subscriptions["dead"].MsgBacklog)
+	latest, err := tg.client.Subscribe(pulsar.ConsumerOptions{Topic: dlq, SubscriptionName: "dead", Type: pulsar.Shared})
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer latest.Close()
+	o.set("received by a consumer starting at Latest", "%s", strings.Join(payloads(tg.receive(latest, 1, true)), " "))
+}
+
+// Producer access modes: Exclusive refuses the others, WaitForExclusive waits for the exclusive
+// producer to go, ExclusiveWithFencing closes the producers there.
+func diffProducerAccessModes(tg *diffTarget, o *observation) {
+	topic := fullName(tg.topic("access"))
+	tg.call(http.MethodPut, tg.topic("access"), "") // the broker loads the topic's bundle: raw clients do no lookup
+	first, second := tg.raw(), tg.raw()
+	var base int64 = -1
+	producer := func(rc *rawClient, reqID, producerID uint64, name string, mode pb.ProducerAccessMode, ready bool) string {
+		if name != "" {
+			rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
+				Topic: proto.String(topic), ProducerId: proto.Uint64(producerID), RequestId: proto.Uint64(reqID),
+				ProducerName: proto.String(name), ProducerAccessMode: mode.Enum(),
+			}})
+		}
+		resp := rc.await("producer answer", func(c *pb.BaseCommand) bool {
+			ps := c.GetProducerSuccess()
+			return ps.GetRequestId() == reqID && ps.GetProducerReady() == ready || c.GetType() == pb.BaseCommand_ERROR && c.GetError().GetRequestId() == reqID
+		})
+		if resp.GetType() == pb.BaseCommand_ERROR {
+			return fmt.Sprintf("error %s %s", resp.GetError().GetError(), strings.ReplaceAll(resp.GetError().GetMessage(), tg.suffix, ""))
+		}
+		ps := resp.GetProducerSuccess()
+		epoch := "none"
+		if ps.TopicEpoch != nil {
+			if base < 0 {
+				base = int64(ps.GetTopicEpoch())
+			}
+			epoch = "e"
+			if d := int64(ps.GetTopicEpoch()) - base; d != 0 {
+				epoch += fmt.Sprintf("%+d", d)
+			}
+		}
+		return fmt.Sprintf("success ready=%v epoch=%s", ps.GetProducerReady(), epoch)
+	}
+	o.set("exclusive", "%s", producer(first, 1, 1, "excl", pb.ProducerAccessMode_Exclusive, true))
+	o.set("second exclusive", "%s", producer(first, 2, 2, "excl2", pb.ProducerAccessMode_Exclusive, true))
+	o.set("shared", "%s", producer(first, 3, 3, "shared", pb.ProducerAccessMode_Shared, true))
+	o.set("wait for exclusive", "%s", producer(first, 4, 4, "waiter", pb.ProducerAccessMode_WaitForExclusive, false))
+	first.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(1), RequestId: proto.Uint64(5)}})
+	o.set("wait for exclusive after the exclusive one closed", "%s", producer(first, 4, 4, "", 0, true))
+	o.set("exclusive with fencing", "%s", producer(second, 6, 1, "fencer", pb.ProducerAccessMode_ExclusiveWithFencing, true))
+	first.mu.Lock()
+	told := slices.ContainsFunc(first.frames, func(c *pb.BaseCommand) bool { return c.GetType() == pb.BaseCommand_CLOSE_PRODUCER })
+	first.mu.Unlock()
+	first.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: proto.Uint64(4), SequenceId: proto.Uint64(0)}},
+		sendPayload(&pb.MessageMetadata{ProducerName: proto.String("waiter"), SequenceId: proto.Uint64(0), PublishTime: proto.Uint64(uint64(time.Now().UnixMilli()))}, []byte("late")))
+	tg.eventually("the fenced producer's connection closed", func() bool {
+		first.mu.Lock()
+		defer first.mu.Unlock()
+		return first.eof
+	})
+	o.set("the fenced producer", "told=%v, its next SEND closes the connection", told)
+	var st struct {
+		Publishers []json.RawMessage `json:"publishers"`
+	}
+	tg.getJSON(tg.topic("access")+"/stats", &st)
+	o.set("publishers", "%d", len(st.Publishers))
 }

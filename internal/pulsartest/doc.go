@@ -93,11 +93,14 @@
 //     producer is answered PRODUCER_SUCCESS with producer_ready=false and
 //     readied, first come first served, when an exclusive producer goes - as
 //     in Pulsar, not when the last Shared one goes; ExclusiveWithFencing
-//     closes every producer (CLOSE_PRODUCER) and fails the waiting ones with
-//     ProducerFenced "Fenced out". Exclusive producers take the next topic
-//     epoch (PRODUCER_SUCCESS topic_epoch, absent before the first); one
-//     reconnecting with an older epoch is fenced. A SEND for a waiting
-//     producer closes the connection (ServerCnx.handleSend).
+//     removes every producer without telling its client (Producer.close) and
+//     fails the waiting ones with ProducerFenced "Fenced out". The messages
+//     start with the Java exception's class, as ServerCnx writes them.
+//     Exclusive producers take the next topic epoch (PRODUCER_SUCCESS
+//     topic_epoch, absent before the first); one reconnecting with an older
+//     epoch is fenced. A SEND for a producer the connection does not have (a
+//     waiting or fenced one) closes the connection (ServerCnx.handleSend),
+//     unless the broker closed that producer itself (unload).
 //   - A PRODUCER's initial_subscription_name (dead-letter producers set it)
 //     creates that subscription if absent, durable at the topic's first entry,
 //     before the producer is admitted (ServerCnx.handleProducer,

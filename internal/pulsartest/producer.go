@@ -108,18 +108,13 @@ func (c *conn) handleSend(req *pb.CommandSend, payload []byte) {
 		return
 	}
 	if p != nil && p.t.isWaiting(p) {
-		// ServerCnx.handleSend: "the producer is not ready", closing the connection.
-		c.close()
-		return
+		p = nil // waiting for exclusive access: not ready
 	}
 	if p == nil {
-		c.send(&pb.BaseCommand{
-			Type: pb.BaseCommand_SEND_ERROR.Enum(),
-			SendError: &pb.CommandSendError{
-				ProducerId: proto.Uint64(req.GetProducerId()), SequenceId: proto.Uint64(req.GetSequenceId()),
-				Error: pb.ServerError_ServiceNotReady.Enum(), Message: proto.String("producer not found"),
-			},
-		})
+		// ServerCnx.handleSend: "Received message, but the producer is not ready. Closing
+		// the connection" - a producer never created, or closed by the broker without
+		// telling the client (fenced out); the client reconnects.
+		c.close()
 		return
 	}
 	id, err := p.t.append(p, req, payload)

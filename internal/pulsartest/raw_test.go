@@ -26,6 +26,7 @@ type rawClient struct {
 	nc     net.Conn
 	mu     sync.Mutex
 	frames []*pb.BaseCommand
+	eof    bool // the broker closed the connection
 }
 
 func dialRaw(t testing.TB, b *Broker) *rawClient {
@@ -48,6 +49,9 @@ func dialRawURL(t testing.TB, url string) *rawClient {
 		for {
 			cmd, _, err := readFrame(r)
 			if err != nil {
+				rc.mu.Lock()
+				rc.eof = true
+				rc.mu.Unlock()
 				return
 			}
 			rc.mu.Lock()

@@ -315,33 +315,36 @@ func (t *topic) lastSequence(p *producer) int64 {
 // admit applies the producer's access mode (AbstractTopic.incrementTopicEpochIfNeeded);
 // t.mu is held. Shared is refused with ProducerBusy beside an exclusive or waiting
 // producer; Exclusive with ProducerFenced beside any producer; ExclusiveWithFencing
-// closes the others (waiting ones fail with ProducerFenced "Fenced out");
-// WaitForExclusive queues behind any producer. A producer reconnecting with a topic
-// epoch older than the topic's is fenced, as a new exclusive producer came meanwhile.
+// closes the others on the broker side only (Producer.close(true) tells no client: its
+// next SEND closes the connection) and fails the waiting ones with ProducerFenced "Fenced
+// out"; WaitForExclusive queues behind any producer. A producer reconnecting with a topic
+// epoch older than the topic's is fenced, as a new exclusive producer came meanwhile. The
+// messages carry the exception's class, as ServerCnx writes them.
 func (t *topic) admit(p *producer) (queued bool, code pb.ServerError, msg string) {
 	switch p.mode {
 	case pb.ProducerAccessMode_Shared:
 		if t.exclusive != nil || len(t.waiting) > 0 {
-			return false, pb.ServerError_ProducerBusy, "Topic has an existing exclusive producer: " + t.exclusiveName()
+			return false, pb.ServerError_ProducerBusy, producerBusy + "Topic has an existing exclusive producer: " + t.exclusiveName()
 		}
 		return false, 0, ""
 	case pb.ProducerAccessMode_Exclusive:
 		if t.exclusive != nil || len(t.waiting) > 0 {
-			return false, pb.ServerError_ProducerFenced, "Topic has an existing exclusive producer: " + t.exclusiveName()
+			return false, pb.ServerError_ProducerFenced, producerFenced + "Topic has an existing exclusive producer: " + t.exclusiveName()
 		}
 		if len(t.producers) > 0 {
-			return false, pb.ServerError_ProducerFenced, "Topic has existing shared producers"
+			return false, pb.ServerError_ProducerFenced, producerFenced + "Topic has existing shared producers"
 		}
 	case pb.ProducerAccessMode_ExclusiveWithFencing:
 		if t.exclusive != nil || len(t.producers) > 0 {
 			waiting := t.waiting
 			t.waiting = nil
 			for _, w := range waiting {
-				w.conn.sendError(w.reqID, pb.ServerError_ProducerFenced, "Fenced out")
 				w.conn.forgetProducer(w)
+				w.conn.sendError(w.reqID, pb.ServerError_ProducerFenced, producerFenced+"Fenced out")
 			}
 			for other := range t.producers {
-				t.closeProducerLocked(other)
+				t.removeProducerLocked(other)
+				other.conn.forgetProducer(other)
 			}
 		}
 	case pb.ProducerAccessMode_WaitForExclusive:
@@ -353,11 +356,18 @@ func (t *topic) admit(p *producer) (queued bool, code pb.ServerError, msg string
 		return false, pb.ServerError_UnknownError, "Invalid producer access mode: " + p.mode.String()
 	}
 	if p.epoch != nil && int64(*p.epoch) < t.epoch {
-		return false, pb.ServerError_ProducerFenced, fmt.Sprintf("Topic epoch has already moved. Current epoch: %d, Producer epoch: %d", t.epoch, *p.epoch)
+		return false, pb.ServerError_ProducerFenced, producerFenced + fmt.Sprintf("Topic epoch has already moved. Current epoch: %d, Producer epoch: %d", t.epoch, *p.epoch)
 	}
 	t.takeExclusive(p)
 	return false, 0, ""
 }
+
+// The prefixes of ServerCnx's error messages for producers the topic refuses: the message of
+// the CompletionException, which names the BrokerServiceException it wraps.
+const (
+	producerFenced = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerFencedException: "
+	producerBusy   = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerBusyException: "
+)
 
 func (t *topic) isWaiting(p *producer) bool {
 	t.mu.Lock()
@@ -427,7 +437,7 @@ func (t *topic) removeProducerLocked(p *producer) {
 	}
 }
 
-// closeProducerLocked closes a producer from the broker side (Producer.close(true)):
+// closeProducerLocked disconnects a producer from the broker side (Producer.disconnect):
 // CLOSE_PRODUCER tells the client, SENDs still in flight are ignored.
 func (t *topic) closeProducerLocked(p *producer) {
 	t.removeProducerLocked(p)
