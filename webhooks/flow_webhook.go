@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	promql "github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -19,9 +20,12 @@ import (
 // InvalidSpec report stays the safety net. The API server calls it only when the annotations
 // change (matchConditions), so a spec.state pause, a finalizer or a label never waits on a
 // controller that hangs.
-// +kubebuilder:webhook:path=/validate-subflow-dev-v1alpha1-subscriptionflow,mutating=false,failurePolicy=ignore,sideEffects=None,groups=subflow.dev,resources=subscriptionflows,verbs=create;update,versions=v1alpha1,name=flows.subflow.dev,admissionReviewVersions=v1,timeoutSeconds=5,patch=`{"matchConditions":[{"name":"annotations-changed","expression":"request.operation == 'CREATE' || !has(object.metadata.annotations) || !has(oldObject.metadata.annotations) || object.metadata.annotations != oldObject.metadata.annotations"}]}`
+// The same holds for spec.pauseWhen's PromQL queries, which no schema can parse: the call is
+// also made when spec.pauseWhen changes.
+// +kubebuilder:webhook:path=/validate-subflow-dev-v1alpha1-subscriptionflow,mutating=false,failurePolicy=ignore,sideEffects=None,groups=subflow.dev,resources=subscriptionflows,verbs=create;update,versions=v1alpha1,name=flows.subflow.dev,admissionReviewVersions=v1,timeoutSeconds=5,patch=`{"matchConditions":[{"name":"annotations-or-conditions-changed","expression":"request.operation == 'CREATE' || !has(object.metadata.annotations) || !has(oldObject.metadata.annotations) || object.metadata.annotations != oldObject.metadata.annotations || (has(object.spec.pauseWhen) && (!has(oldObject.spec.pauseWhen) || object.spec.pauseWhen != oldObject.spec.pauseWhen))"}]}`
 
-// FlowValidator refuses override annotations the controller could not apply.
+// FlowValidator refuses override annotations the controller could not apply, and
+// spec.pauseWhen queries that are not PromQL.
 type FlowValidator struct {
 	// Now tells the time, for the warning about an override that has already ended.
 	Now func() time.Time
@@ -31,14 +35,41 @@ var knownAnnotations = []string{subflowv1.OverrideStateAnnotation, subflowv1.Ove
 
 // ValidateCreate checks every subflow.dev annotation of a new flow.
 func (v *FlowValidator) ValidateCreate(_ context.Context, flow *subflowv1.SubscriptionFlow) (admission.Warnings, error) {
-	return v.validate(nil, flow.Annotations)
+	warnings, err := v.validate(nil, flow.Annotations)
+	return warnings, errors.Join(err, validQueries(nil, flow.Spec.PauseWhen))
 }
 
 // ValidateUpdate checks only the annotations the update changes: a value stored before the
 // webhook existed must not block unrelated updates, such as the controller removing its
 // finalizer; the controller keeps reporting it.
 func (v *FlowValidator) ValidateUpdate(_ context.Context, old, flow *subflowv1.SubscriptionFlow) (admission.Warnings, error) {
-	return v.validate(old.Annotations, flow.Annotations)
+	warnings, err := v.validate(old.Annotations, flow.Annotations)
+	return warnings, errors.Join(err, validQueries(old.Spec.PauseWhen, flow.Spec.PauseWhen))
+}
+
+// validQueries parses, with Prometheus's own parser, the PromQL of each condition that is new
+// or changed (a query stored before would not block unrelated updates: the controller reports
+// it as the condition's error).
+func validQueries(old, conditions []subflowv1.PauseCondition) error {
+	var errs []string
+	for i, c := range conditions {
+		if c.Prometheus == nil {
+			continue
+		}
+		unchanged := slices.ContainsFunc(old, func(o subflowv1.PauseCondition) bool {
+			return o.Prometheus != nil && o.Prometheus.Query == c.Prometheus.Query
+		})
+		if unchanged {
+			continue
+		}
+		if _, err := promql.NewParser(promql.Options{}).ParseExpr(c.Prometheus.Query); err != nil {
+			errs = append(errs, fmt.Sprintf("spec.pauseWhen[%d].prometheus.query is not PromQL: %v", i, err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
 }
 
 // ValidateDelete allows every deletion.

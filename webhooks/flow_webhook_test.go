@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,5 +119,30 @@ func TestOverrideWarnings(t *testing.T) {
 		if !strings.Contains(seen.text(), want) {
 			t.Errorf("warnings %q do not say %q", seen.text(), want)
 		}
+	}
+}
+
+// A pauseWhen query that is not PromQL is refused at admission, by Prometheus's own parser,
+// naming the condition; a valid one passes, and an update that leaves the query as stored is
+// not judged again.
+func TestPauseWhenQueriesAreParsed(t *testing.T) {
+	ns := namespace(t, k8s)
+	withQuery := func(q string) *subflowv1.SubscriptionFlow {
+		f := flow(ns, nil)
+		above := resource.MustParse("30")
+		f.Spec.PauseWhen = []subflowv1.PauseCondition{{Name: "lag", Prometheus: &subflowv1.PrometheusSource{Query: q, Above: &above}}}
+		return f
+	}
+	err := k8s.Create(context.Background(), withQuery(`max(pg_replication_lag_seconds{cluster="orders"}`))
+	if err == nil || !strings.Contains(err.Error(), "spec.pauseWhen[0].prometheus.query is not PromQL") {
+		t.Fatalf("creating a flow with an unclosed query: %v, want it refused naming the condition", err)
+	}
+	valid := withQuery(`max(pg_replication_lag_seconds{cluster="orders"})`)
+	if err := k8s.Create(context.Background(), valid); err != nil {
+		t.Fatalf("a valid query refused: %v", err)
+	}
+	patch := []byte(`{"spec":{"pauseWhen":[{"name":"lag","prometheus":{"query":"rate(x[5m]","above":"30"}}]}}`)
+	if err := k8s.Patch(context.Background(), valid, client.RawPatch(types.MergePatchType, patch)); err == nil || !strings.Contains(err.Error(), "is not PromQL") {
+		t.Fatalf("an update to an unclosed query: %v, want it refused", err)
 	}
 }
