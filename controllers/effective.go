@@ -23,9 +23,12 @@ type Effective struct {
 	Problems []string
 }
 
-// EffectiveState computes override > active maintenance window > spec.state. It always
-// answers: an input that cannot be applied is left out and named in Problems, so that
-// spec.state and the override keep working whatever else the spec holds.
+// EffectiveState computes override > a spec.pauseWhen condition that holds > active
+// maintenance window > spec.state, where a condition only ever pauses a flow that would run (a
+// Stopped one stays Stopped): the conditions' decisions are read from status.pauseWhen, written
+// by their evaluation. It always answers: an input that cannot be applied is left out and
+// named in Problems, so that spec.state and the override keep working whatever else the spec
+// holds.
 func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) Effective {
 	eff := Effective{State: flow.Spec.State, Source: subflowv1.SourceSpec}
 	if eff.State == "" {
@@ -35,6 +38,9 @@ func EffectiveState(flow *subflowv1.SubscriptionFlow, now time.Time) Effective {
 	eff.Next, eff.Problems = windowNext, problems
 	if windowState != "" {
 		eff.State, eff.Source = windowState, subflowv1.SourceWindow
+	}
+	if len(holding(flow)) > 0 && eff.State == subflowv1.StateRunning {
+		eff.State, eff.Source = subflowv1.StatePaused, subflowv1.SourceCondition
 	}
 	override, until, note, err := activeOverride(flow.Annotations, now)
 	if err != nil {

@@ -55,6 +55,9 @@ type podOutcome struct {
 // observation is everything the status is computed from in one reconcile.
 type observation struct {
 	Effective Effective
+	// Conditions is what the evaluation of spec.pauseWhen found (its statuses are in
+	// flow.Status.PauseWhen already: EffectiveState read them).
+	Conditions conditionOutcome
 	Revision  int64
 	Outcomes  []podOutcome // one per matched pod, sorted by pod name
 	Executor  string       // pod executing the current seek
@@ -185,6 +188,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 		StateSource:        obs.Effective.Source,
 		Conditions:         append([]metav1.Condition(nil), flow.Status.Conditions...),
 		Backlog:            flow.Status.Backlog.DeepCopy(),
+		PauseWhen:          flow.Status.PauseWhen,
 	}
 	if obs.Effective.Next != nil {
 		st.NextTransitionTime = &metav1.Time{Time: *obs.Effective.Next}
@@ -215,6 +219,7 @@ func computeStatus(flow *subflowv1.SubscriptionFlow, obs observation) subflowv1.
 	setCondition(&st, subflowv1.ConditionPaused, paused, pausedReason, pausedMessage)
 	setSeekCondition(&st, flow, obs)
 	setBacklogCondition(&st, risk, obs.Effective.State, obs.BacklogLeadTime)
+	setAutoPausedCondition(&st, flow, obs.Conditions.descriptions)
 	stampTransitions(st.Conditions, flow.Status.Conditions, obs.Now)
 	return st
 }

@@ -110,7 +110,7 @@ func (q Query) Read(ctx context.Context, p *Prometheus, now time.Time) Reading {
 	if err != nil {
 		return unknown(err, now)
 	}
-	r := Reading{Verdict: q.Thresholds.Judge(value), Seen: strconv.FormatFloat(value, 'g', -1, 64), At: now}
+	r := Reading{Verdict: q.Thresholds.Judge(value), Seen: strconv.FormatFloat(value, 'g', -1, 64), Value: value, At: now}
 	if r.Verdict == Unknown {
 		r.Err = fmt.Errorf("query %q returned %v", q.PromQL, value)
 	}

@@ -84,11 +84,22 @@ func judge(trip, recover bool) Verdict {
 	return Between
 }
 
+// Rejudge judges a number's reading, shared with other askers, by these thresholds.
+func (t Thresholds) Rejudge(r Reading) Reading {
+	if r.Err == nil {
+		r.Verdict = t.Judge(r.Value)
+	}
+	return r
+}
+
 // Reading is one evaluation of a condition's source.
 type Reading struct {
 	Verdict Verdict
 	// Seen is what was read, for status and events: "Available=False", "0.93", "HTTP 503".
 	Seen string
+	// Value is the number read, for a source that reads one (a query), so that flows sharing
+	// the reading judge it by their own thresholds (Rejudge).
+	Value float64
 	// Err says why the verdict is Unknown.
 	Err error
 	At  time.Time

@@ -1,0 +1,286 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers/pausewhen"
+)
+
+// Defaults of a spec.pauseWhen condition.
+const (
+	DefaultConditionInterval    = 10 * time.Second
+	DefaultConditionResumeAfter = 30 * time.Second
+	// maxConditionRead bounds one reading of a source: a hanging Prometheus or API server must
+	// not hold a reconcile worker.
+	maxConditionRead = 5 * time.Second
+)
+
+var (
+	pauseConditionHolds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_pause_condition_holds",
+		Help: "1 while the flow's spec.pauseWhen condition holds (it pauses the flow), else 0.",
+	}, []string{"namespace", "name", "condition"})
+	pauseConditionEvaluated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_pause_condition_last_evaluation_timestamp_seconds",
+		Help: "When the flow's spec.pauseWhen condition's source was last read (Unix time).",
+	}, []string{"namespace", "name", "condition"})
+	pauseConditionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subflow_pause_condition_errors_total",
+		Help: "Readings of the flow's spec.pauseWhen condition that its source could not give (onError decides what they mean).",
+	}, []string{"namespace", "name", "condition"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(pauseConditionHolds, pauseConditionEvaluated, pauseConditionErrors)
+}
+
+// Conditions evaluates the flows' spec.pauseWhen: it reads their sources (sharing a reading
+// between flows asking the same within an interval) and keeps one tracker per flow and
+// condition, whose decisions go into status.pauseWhen, from which EffectiveState reads them.
+type Conditions struct {
+	// Reader reads the objects that kubernetes conditions name (the API server; a Forbidden
+	// answer tells which permission the controller lacks).
+	Reader client.Reader
+	// Prometheus runs prometheus conditions' queries; nil when the controller has none
+	// configured (--prometheus-url): such conditions read as errors.
+	Prometheus *pausewhen.Prometheus
+
+	readings pausewhen.Readings
+	mu       sync.Mutex
+	trackers map[conditionKey]*conditionTracker
+}
+
+type conditionKey struct {
+	flow types.UID
+	name string
+}
+
+type conditionTracker struct {
+	pausewhen.Tracker
+	// evaluated is when the source was last read for this flow.
+	evaluated time.Time
+}
+
+// conditionOutcome is what one evaluation of a flow's conditions found.
+type conditionOutcome struct {
+	// statuses go into status.pauseWhen, in spec order.
+	statuses []subflowv1.PauseConditionStatus
+	// changed are the conditions whose decision changed now, with what the tracker says.
+	changed []string
+	// next is when a condition must be evaluated again (zero: no condition).
+	next time.Time
+	// descriptions say, per condition, what it decided and why.
+	descriptions []string
+}
+
+// evaluate reads the sources of the flow's conditions that are due at now and returns each
+// condition's status. A condition not known in this process starts from what status says
+// (a controller that restarts keeps a pause its predecessor decided).
+func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.SubscriptionFlow, now time.Time) conditionOutcome {
+	var out conditionOutcome
+	for _, cond := range flow.Spec.PauseWhen {
+		t := cs.tracker(flow, cond)
+		interval := durationOr(cond.Interval, DefaultConditionInterval)
+		if t.evaluated.IsZero() || !now.Before(t.evaluated.Add(interval)) {
+			reading := cs.read(ctx, flow.Namespace, cond, interval, now)
+			t.evaluated = now
+			if t.Observe(reading) {
+				out.changed = append(out.changed, t.Describe(cond.Name))
+			}
+			recordConditionMetrics(flow, cond.Name, t, reading)
+		}
+		next := t.evaluated.Add(interval)
+		if p := t.Pending(); !p.IsZero() && p.Before(next) {
+			next = p
+		}
+		if out.next.IsZero() || next.Before(out.next) {
+			out.next = next
+		}
+		out.statuses = append(out.statuses, conditionStatus(cond.Name, t))
+		out.descriptions = append(out.descriptions, t.Describe(cond.Name))
+	}
+	cs.forgetRemoved(flow)
+	return out
+}
+
+// tracker returns the flow's tracker of cond, made from status when this process has none,
+// with cond's policy as the spec says it now.
+func (cs *Conditions) tracker(flow *subflowv1.SubscriptionFlow, cond subflowv1.PauseCondition) *conditionTracker {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.trackers == nil {
+		cs.trackers = map[conditionKey]*conditionTracker{}
+	}
+	key := conditionKey{flow: flow.UID, name: cond.Name}
+	t, ok := cs.trackers[key]
+	if !ok {
+		t = &conditionTracker{}
+		for _, st := range flow.Status.PauseWhen {
+			if st.Name == cond.Name && st.Since != nil {
+				t.Restore(st.Holds, st.Since.Time)
+			}
+		}
+		cs.trackers[key] = t
+	}
+	t.Policy = pausewhen.Policy{For: durationOr(cond.For, 0), ResumeAfter: durationOr(cond.ResumeAfter, DefaultConditionResumeAfter),
+		OnError: pausewhen.OnError(cond.OnError)}
+	return t
+}
+
+// forgetRemoved drops the trackers of conditions the flow no longer has.
+func (cs *Conditions) forgetRemoved(flow *subflowv1.SubscriptionFlow) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for key := range cs.trackers {
+		if key.flow == flow.UID && !slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == key.name }) {
+			delete(cs.trackers, key)
+			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
+		}
+	}
+}
+
+// forget drops every tracker of a flow that is gone.
+func (cs *Conditions) forget(flow types.NamespacedName, uid types.UID) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for key := range cs.trackers {
+		if key.flow == uid {
+			delete(cs.trackers, key)
+			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
+		}
+	}
+}
+
+// read takes a reading of cond's source, shared with every flow that asks the same within
+// interval.
+func (cs *Conditions) read(ctx context.Context, namespace string, cond subflowv1.PauseCondition, interval time.Duration, now time.Time) pausewhen.Reading {
+	ctx, cancel := context.WithTimeout(ctx, min(interval, maxConditionRead))
+	defer cancel()
+	switch {
+	case cond.Kubernetes != nil:
+		src := pausewhen.ObjectCondition{APIVersion: cond.Kubernetes.APIVersion, Kind: cond.Kubernetes.Kind, Namespace: namespace,
+			Name: cond.Kubernetes.Name, ConditionType: cond.Kubernetes.ConditionType, Status: cond.Kubernetes.Status}
+		r := cs.readings.Get(ctx, src.Key(), interval, func(ctx context.Context) pausewhen.Reading { return src.Read(ctx, cs.Reader, now) })
+		if apierrors.IsForbidden(r.Err) {
+			r.Err = fmt.Errorf("the controller may not read %s %s: grant its ServiceAccount get on them (chart value pauseWhen.readableKinds): %w",
+				cond.Kubernetes.Kind, cond.Kubernetes.APIVersion, r.Err)
+		}
+		return r
+	case cond.Prometheus != nil:
+		q := pausewhen.Query{PromQL: cond.Prometheus.Query, Thresholds: thresholdsOf(cond.Prometheus)}
+		// The value is shared between the flows that ask the same query; each judges it by its
+		// own thresholds.
+		shared := cs.readings.Get(ctx, q.Key(), interval, func(ctx context.Context) pausewhen.Reading { return q.Read(ctx, cs.Prometheus, now) })
+		return q.Thresholds.Rejudge(shared)
+	}
+	return pausewhen.Reading{Verdict: pausewhen.Unknown, Err: errors.New("no source"), At: now}
+}
+
+func thresholdsOf(p *subflowv1.PrometheusSource) pausewhen.Thresholds {
+	f := func(q interface{ AsApproximateFloat64() float64 }) *float64 { v := q.AsApproximateFloat64(); return &v }
+	var t pausewhen.Thresholds
+	if p.Above != nil {
+		t.Above = f(p.Above)
+	}
+	if p.ResumeBelow != nil {
+		t.ResumeBelow = f(p.ResumeBelow)
+	}
+	if p.Below != nil {
+		t.Below = f(p.Below)
+	}
+	if p.ResumeAbove != nil {
+		t.ResumeAbove = f(p.ResumeAbove)
+	}
+	return t
+}
+
+func conditionStatus(name string, t *conditionTracker) subflowv1.PauseConditionStatus {
+	st := subflowv1.PauseConditionStatus{Name: name, Holds: t.Tripped(), Seen: clip(t.Last().Seen, 256)}
+	if s := t.Since(); !s.IsZero() {
+		st.Since = &metav1.Time{Time: s}
+	}
+	if err := t.Last().Err; err != nil {
+		st.Error = clip(err.Error(), 1024)
+	}
+	if !t.evaluated.IsZero() {
+		st.LastEvaluationTime = &metav1.Time{Time: t.evaluated}
+	}
+	return st
+}
+
+func durationOr(d *metav1.Duration, fallback time.Duration) time.Duration {
+	if d == nil {
+		return fallback
+	}
+	return d.Duration
+}
+
+// holding names the flow's conditions that hold, as status.pauseWhen records them.
+func holding(flow *subflowv1.SubscriptionFlow) []string {
+	var names []string
+	for _, st := range flow.Status.PauseWhen {
+		if st.Holds && slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == st.Name }) {
+			names = append(names, st.Name)
+		}
+	}
+	return names
+}
+
+// setAutoPausedCondition says whether a condition pauses the flow, naming it and what was
+// seen; a flow without conditions has no AutoPaused condition.
+func setAutoPausedCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.SubscriptionFlow, descriptions []string) {
+	if len(flow.Spec.PauseWhen) == 0 {
+		meta.RemoveStatusCondition(&st.Conditions, subflowv1.ConditionAutoPaused)
+		return
+	}
+	var holds []string
+	for i, st := range st.PauseWhen {
+		if st.Holds && i < len(descriptions) {
+			holds = append(holds, descriptions[i])
+		}
+	}
+	if len(holds) > 0 {
+		msg := strings.Join(holds, "; ")
+		if st.EffectiveState != subflowv1.StatePaused || st.StateSource != subflowv1.SourceCondition {
+			msg += fmt.Sprintf(" (the flow is %s by %s, which wins)", st.EffectiveState, st.StateSource)
+		}
+		setCondition(st, subflowv1.ConditionAutoPaused, metav1.ConditionTrue, subflowv1.ReasonConditionHolds, fit(maxConditionMessage, "; ", msg))
+		return
+	}
+	setCondition(st, subflowv1.ConditionAutoPaused, metav1.ConditionFalse, subflowv1.ReasonNoConditionHolds,
+		fit(maxConditionMessage, "; ", strings.Join(descriptions, "; ")))
+}
+
+func recordConditionMetrics(flow *subflowv1.SubscriptionFlow, name string, t *conditionTracker, r pausewhen.Reading) {
+	holds := 0.0
+	if t.Tripped() {
+		holds = 1
+	}
+	pauseConditionHolds.WithLabelValues(flow.Namespace, flow.Name, name).Set(holds)
+	pauseConditionEvaluated.WithLabelValues(flow.Namespace, flow.Name, name).Set(float64(r.At.Unix()))
+	if r.Err != nil {
+		pauseConditionErrors.WithLabelValues(flow.Namespace, flow.Name, name).Inc()
+	}
+}
+
+func forgetConditionMetrics(namespace, name, condition string) {
+	for _, v := range []*prometheus.GaugeVec{pauseConditionHolds, pauseConditionEvaluated} {
+		v.DeleteLabelValues(namespace, name, condition)
+	}
+	pauseConditionErrors.DeleteLabelValues(namespace, name, condition)
+}
