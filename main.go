@@ -23,6 +23,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/controllers/pausewhen"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 
@@ -48,6 +49,9 @@ func main() {
 	flag.IntVar(&refreshBudget, "refresh-pushes-per-second", controllers.DefaultRefreshPushesPerSecond,
 		"Pushes a second that the refresh of halted flows (and of flows whose agents showed no consumer) may cost, all flows "+
 			"together: their refresh periods (10 s at least) grow to share it.")
+	var prometheusURL string
+	flag.StringVar(&prometheusURL, "prometheus-url", "", "Prometheus whose HTTP API runs the PromQL of spec.pauseWhen conditions, "+
+		"e.g. http://prometheus-operated.monitoring:9090; empty: such conditions read as errors (their onError decides).")
 	flag.DurationVar(&backlogLead, "backlog-warning-lead-time", controllers.DefaultBacklogLeadTime,
 		"How long before the broker's retention would delete a halted flow's waiting messages BacklogAtRisk turns True.")
 	flag.DurationVar(&rotationGrace, "token-rotation-grace", controllers.DefaultTokenRotationGrace,
@@ -152,6 +156,13 @@ func main() {
 		setupLog.Error(err, "Unable to create manager")
 		os.Exit(1)
 	}
+	conditions := &controllers.Conditions{}
+	if prometheusURL != "" {
+		if conditions.Prometheus, err = pausewhen.NewPrometheus(prometheusURL); err != nil {
+			setupLog.Error(err, "The flag cannot be used", "flag", "--prometheus-url")
+			os.Exit(2)
+		}
+	}
 	reconciler := &controllers.SubscriptionFlowReconciler{
 		Client:                    mgr.GetClient(),
 		Scheme:                    mgr.GetScheme(),
@@ -165,6 +176,7 @@ func main() {
 		BacklogLeadTime:           backlogLead,
 		TokenRotationGrace:        rotationGrace,
 		RefreshPushesPerSecond:    refreshBudget,
+		Conditions:                conditions,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to set up controller", "controller", "SubscriptionFlow")

@@ -49,6 +49,12 @@ func init() {
 	metrics.Registry.MustRegister(pauseConditionHolds, pauseConditionEvaluated, pauseConditionErrors)
 }
 
+// A kubernetes condition names an object the controller reads with get, one at a time: by
+// default it may read Deployments and StatefulSets, the dependencies users name most; the
+// chart's pauseWhen.readableKinds grants more (a database operator's clusters), and a condition
+// on a kind it may not read says so in its error.
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get
+
 // Conditions evaluates the flows' spec.pauseWhen: it reads their sources (sharing a reading
 // between flows asking the same within an interval) and keeps one tracker per flow and
 // condition, whose decisions go into status.pauseWhen, from which EffectiveState reads them.
@@ -66,7 +72,8 @@ type Conditions struct {
 }
 
 type conditionKey struct {
-	flow types.UID
+	flow types.NamespacedName
+	uid  types.UID // a flow deleted and created again under its name starts afresh
 	name string
 }
 
@@ -126,7 +133,7 @@ func (cs *Conditions) tracker(flow *subflowv1.SubscriptionFlow, cond subflowv1.P
 	if cs.trackers == nil {
 		cs.trackers = map[conditionKey]*conditionTracker{}
 	}
-	key := conditionKey{flow: flow.UID, name: cond.Name}
+	key := conditionKey{flow: flowKey(flow), uid: flow.UID, name: cond.Name}
 	t, ok := cs.trackers[key]
 	if !ok {
 		t = &conditionTracker{}
@@ -147,19 +154,26 @@ func (cs *Conditions) forgetRemoved(flow *subflowv1.SubscriptionFlow) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for key := range cs.trackers {
-		if key.flow == flow.UID && !slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == key.name }) {
+		if key.flow == flowKey(flow) && key.uid != flow.UID {
+			delete(cs.trackers, key) // of a flow deleted and created again under its name
+			continue
+		}
+		if key.flow == flowKey(flow) && !slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == key.name }) {
 			delete(cs.trackers, key)
 			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
 		}
 	}
 }
 
-// forget drops every tracker of a flow that is gone.
-func (cs *Conditions) forget(flow types.NamespacedName, uid types.UID) {
+// forgetFlow drops every tracker of a flow that is gone.
+func (cs *Conditions) forgetFlow(flow types.NamespacedName) {
+	if cs == nil {
+		return // a reconciler never set up
+	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for key := range cs.trackers {
-		if key.flow == uid {
+		if key.flow == flow {
 			delete(cs.trackers, key)
 			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
 		}

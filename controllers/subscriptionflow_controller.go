@@ -101,6 +101,9 @@ type SubscriptionFlowReconciler struct {
 	// RefreshPushesPerSecond bounds the pushes of every halted flow's refresh together (the
 	// flows' refresh periods grow to share it); zero means DefaultRefreshPushesPerSecond.
 	RefreshPushesPerSecond int
+	// Conditions evaluates the flows' spec.pauseWhen; SetupWithManager makes one reading
+	// objects through the API server when it is nil (and without Prometheus).
+	Conditions *Conditions
 
 	holders holderBook
 	tokens  tokenBook
@@ -186,6 +189,7 @@ func (r *SubscriptionFlowReconciler) readAgain(ctx context.Context, flow *subflo
 func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, stored *subflowv1.SubscriptionFlow) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	now := r.Clock.Now()
+	conditions := r.evaluateConditions(ctx, flow, now)
 	eff := EffectiveState(flow, now)
 	selector, err := flow.PodSelector()
 	if err != nil {
@@ -215,7 +219,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 		return ctrl.Result{}, err
 	}
 	live := slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
-	obs := observation{Effective: eff, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow), Tokens: tokens,
+	obs := observation{Effective: eff, Conditions: conditions, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow), Tokens: tokens,
 		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
 	obs.Reporter = backlogReporter(flow, eff.State, live)
@@ -463,7 +467,25 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 			after = max(until, time.Millisecond)
 		}
 	}
+	if next := obs.Conditions.next; !next.IsZero() {
+		after = min(after, max(next.Sub(obs.Now), time.Millisecond))
+	}
 	return ctrl.Result{RequeueAfter: after}
+}
+
+// evaluateConditions reads the flow's due spec.pauseWhen conditions into flow.Status.PauseWhen,
+// where EffectiveState reads them, and records an event for each decision that changed.
+func (r *SubscriptionFlowReconciler) evaluateConditions(ctx context.Context, flow *subflowv1.SubscriptionFlow, now time.Time) conditionOutcome {
+	out := r.Conditions.evaluate(ctx, flow, now)
+	flow.Status.PauseWhen = out.statuses
+	for _, change := range out.changed {
+		reason := "AutoResumed"
+		if strings.Contains(change, " holds: ") {
+			reason = "AutoPaused"
+		}
+		r.event(flow, corev1.EventTypeNormal, reason, "%s", change)
+	}
+	return out
 }
 
 // reconcileDelete releases the flow's rule in every agent that holds it (deletionPolicy Resume)
@@ -494,6 +516,7 @@ func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *
 // forget drops everything this process keeps about a flow: metrics series, holders, retries.
 func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
 	forgetFlowMetrics(key.Namespace, key.Name)
+	r.Conditions.forgetFlow(key)
 	r.holders.forget(key)
 	r.retries.reset(key)
 	r.pushes.forget(key)
@@ -638,6 +661,15 @@ func (r *SubscriptionFlowReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Agents == nil {
 		r.Agents = NewHTTPAgentClient(DefaultPushTimeout, nil)
 	}
+	if r.Conditions == nil {
+		r.Conditions = &Conditions{}
+	}
+	if r.Conditions.Reader == nil {
+		// Not the cache: the objects conditions name are few, and caching every Deployment of
+		// the cluster for them would cost far more.
+		r.Conditions.Reader = mgr.GetAPIReader()
+	}
+	r.Conditions.readings.Now = r.Clock.Now
 	r.lateAnswers = make(chan event.GenericEvent, 1024)
 	// The informer the pod watch below uses; before the manager starts, this only creates it.
 	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})

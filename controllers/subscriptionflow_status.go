@@ -58,12 +58,12 @@ type observation struct {
 	// Conditions is what the evaluation of spec.pauseWhen found (its statuses are in
 	// flow.Status.PauseWhen already: EffectiveState read them).
 	Conditions conditionOutcome
-	Revision  int64
-	Outcomes  []podOutcome // one per matched pod, sorted by pod name
-	Executor  string       // pod executing the current seek
-	TokenRef  string       // "namespace/name key" for messages
-	Tokens    agentTokens  // what was offered, to tell a rotation in progress
-	Now       time.Time
+	Revision   int64
+	Outcomes   []podOutcome // one per matched pod, sorted by pod name
+	Executor   string       // pod executing the current seek
+	TokenRef   string       // "namespace/name key" for messages
+	Tokens     agentTokens  // what was offered, to tell a rotation in progress
+	Now        time.Time
 	// PreviousRevision and PreviousAgents are the status before this reconcile.
 	PreviousRevision int64
 	PreviousAgents   []subflowv1.AgentStatus

@@ -1,0 +1,148 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+)
+
+// dependency creates a Deployment standing for what the consumers depend on, with its
+// Available condition as given.
+func dependency(t *testing.T, ns, name string, available corev1.ConditionStatus) *appsv1.Deployment {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "db"}}}}}}
+	create(t, d)
+	setAvailable(t, d, available)
+	return d
+}
+
+// setAvailable writes the Deployment's Available condition, as its controller would.
+func setAvailable(t *testing.T, d *appsv1.Deployment, available corev1.ConditionStatus) {
+	t.Helper()
+	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: available, Reason: "Test",
+		LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := k8s.Status().Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func whileDown(name string) subflowv1.PauseCondition {
+	return subflowv1.PauseCondition{Name: name + "-down", ResumeAfter: &metav1.Duration{Duration: 10 * time.Second},
+		Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "Deployment", Name: name,
+			ConditionType: "Available", Status: "False"}}
+}
+
+// later moves the reconciler's clock past a condition's interval and makes it reconcile.
+func later(t *testing.T, flow *subflowv1.SubscriptionFlow, d time.Duration) {
+	t.Helper()
+	clock.SetTime(clock.Now().Add(d))
+	poke(t, flow)
+}
+
+func conditionStatusOf(f *subflowv1.SubscriptionFlow) subflowv1.PauseConditionStatus {
+	if len(f.Status.PauseWhen) != 1 {
+		return subflowv1.PauseConditionStatus{}
+	}
+	return f.Status.PauseWhen[0]
+}
+
+// The issue's scenario on a real API server: the database's Deployment becomes unavailable,
+// the flow pauses its consumers by itself and says why; the Deployment deleted meanwhile
+// (onError Hold) keeps the pause; available again, the flow resumes once resumeAfter of health
+// has passed, and what was produced meanwhile is delivered.
+func TestFlowPausesItselfWhileItsDependencyIsDown(t *testing.T) {
+	defer clock.SetTime(time.Now())
+	ns := namespace(t, true)
+	topic := "guarded-" + ns
+	p := startPod(t, ns, "worker-0", topic, testToken)
+	db := dependency(t, ns, "orders-db", corev1.ConditionTrue)
+	flow := newFlow(ns, "guarded", topic, subflowv1.StateRunning)
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{whileDown("orders-db")}
+	create(t, flow)
+	waitFlow(t, flow, "the condition read healthy", func(f *subflowv1.SubscriptionFlow) bool {
+		st := conditionStatusOf(f)
+		return !st.Holds && st.Seen == "Available=True" && f.Status.EffectiveState == subflowv1.StateRunning &&
+			condition(f, subflowv1.ConditionAutoPaused) != nil && condition(f, subflowv1.ConditionAutoPaused).Status == metav1.ConditionFalse
+	})
+
+	setAvailable(t, db, corev1.ConditionFalse)
+	later(t, flow, 11*time.Second)
+	got := waitFlow(t, flow, "paused by the condition", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StatePaused && f.Status.StateSource == subflowv1.SourceCondition &&
+			isTrue(f, subflowv1.ConditionAutoPaused) && isTrue(f, subflowv1.ConditionPaused)
+	})
+	if msg := condition(got, subflowv1.ConditionAutoPaused).Message; !strings.Contains(msg, "condition orders-db-down holds: Available=False") {
+		t.Errorf("AutoPaused says %q, want it to name the condition and what was seen", msg)
+	}
+	eventually(t, "the pod's consumer paused", func() bool { return p.Consumer.State() == protocol.Paused })
+	waitEvent(t, ns, "guarded", "AutoPaused", 1)
+	produce(t, topic, "during", 3)
+
+	if err := k8s.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	later(t, flow, 11*time.Second)
+	waitFlow(t, flow, "the missing Deployment read as an error that holds the pause", func(f *subflowv1.SubscriptionFlow) bool {
+		st := conditionStatusOf(f)
+		return st.Holds && strings.Contains(st.Error, "Deployment orders-db not found") && f.Status.EffectiveState == subflowv1.StatePaused
+	})
+	if n := totalReceived(p); n != 0 {
+		t.Fatalf("the application received %d messages while its dependency was down", n)
+	}
+
+	dependency(t, ns, "orders-db", corev1.ConditionTrue)
+	later(t, flow, 11*time.Second)
+	waitFlow(t, flow, "the first healthy reading", func(f *subflowv1.SubscriptionFlow) bool {
+		return conditionStatusOf(f).Seen == "Available=True"
+	})
+	if f := getFlow(t, flow); f.Status.EffectiveState != subflowv1.StatePaused {
+		t.Fatalf("resumed on the first healthy reading: %s by %s, want Paused until resumeAfter passed", f.Status.EffectiveState, f.Status.StateSource)
+	}
+	later(t, flow, 11*time.Second)
+	waitFlow(t, flow, "resumed after resumeAfter of health", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StateRunning && !conditionStatusOf(f).Holds &&
+			condition(f, subflowv1.ConditionAutoPaused).Status == metav1.ConditionFalse
+	})
+	waitEvent(t, ns, "guarded", "AutoResumed", 1)
+	eventually(t, "the messages produced during the outage delivered", func() bool { return totalReceived(p) == 3 },
+		func() string { return fmt.Sprintf("%d received", totalReceived(p)) })
+}
+
+// An override still wins over a condition, and a Stopped flow stays Stopped while a condition
+// holds; AutoPaused says the condition holds and what decides instead.
+func TestOverrideAndStoppedWinOverACondition(t *testing.T) {
+	defer clock.SetTime(time.Now())
+	ns := namespace(t, true)
+	dependency(t, ns, "orders-db", corev1.ConditionFalse)
+	flow := newFlow(ns, "overridden", "overridden-"+ns, subflowv1.StateRunning)
+	flow.Annotations = map[string]string{subflowv1.OverrideStateAnnotation: "Running"}
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{whileDown("orders-db")}
+	create(t, flow)
+	got := waitFlow(t, flow, "the override decides", func(f *subflowv1.SubscriptionFlow) bool {
+		return conditionStatusOf(f).Holds && f.Status.EffectiveState == subflowv1.StateRunning && f.Status.StateSource == subflowv1.SourceOverride
+	})
+	if msg := condition(got, subflowv1.ConditionAutoPaused).Message; !strings.Contains(msg, "the flow is Running by Override, which wins") {
+		t.Errorf("AutoPaused says %q, want it to say the override wins", msg)
+	}
+	patchFlow(t, flow, `{"metadata":{"annotations":{"subflow.dev/override-state":null}},"spec":{"state":"Stopped"}}`)
+	waitFlow(t, flow, "Stopped beats the condition's Paused", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StateStopped && f.Status.StateSource == subflowv1.SourceSpec && conditionStatusOf(f).Holds
+	})
+	patchFlow(t, flow, `{"spec":{"pauseWhen":null,"state":"Running"}}`)
+	waitFlow(t, flow, "no condition, no AutoPaused", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StateRunning && len(f.Status.PauseWhen) == 0 && condition(f, subflowv1.ConditionAutoPaused) == nil
+	})
+}
