@@ -19,7 +19,7 @@ import (
 
 // conditionOrder lists the known condition types first; others follow in the order reported.
 var conditionOrder = []string{
-	subflowv1.ConditionReady, subflowv1.ConditionPaused, subflowv1.ConditionReconciling,
+	subflowv1.ConditionReady, subflowv1.ConditionPaused, subflowv1.ConditionAutoPaused, subflowv1.ConditionReconciling,
 	subflowv1.ConditionStalled, subflowv1.ConditionSeekCompleted,
 }
 
@@ -71,6 +71,12 @@ func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time)
 	for _, pos := range seekPositions(st.Seek) {
 		field("", pos)
 	}
+	if len(flow.Spec.PauseWhen) > 0 {
+		field("Pause when", "")
+		for _, line := range describePauseWhen(flow, now) {
+			field("", line)
+		}
+	}
 
 	fmt.Fprintln(out, "Conditions:")
 	if err := printConditions(out, st.Conditions, now); err != nil {
@@ -110,6 +116,58 @@ func describeEffective(st subflowv1.SubscriptionFlowStatus) string {
 		return "<not reported yet>"
 	}
 	return fmt.Sprintf("%s (source: %s)", st.EffectiveState, st.StateSource)
+}
+
+// describePauseWhen says, per spec.pauseWhen condition, what it watches, whether it holds
+// and since when, and what was last read: why a flow paused itself.
+func describePauseWhen(flow *subflowv1.SubscriptionFlow, now time.Time) []string {
+	var lines []string
+	for _, c := range flow.Spec.PauseWhen {
+		line := oneLine(c.Name) + " (" + describeSource(c) + "): "
+		i := slices.IndexFunc(flow.Status.PauseWhen, func(s subflowv1.PauseConditionStatus) bool { return s.Name == c.Name })
+		if i < 0 {
+			lines = append(lines, line+"not evaluated yet")
+			continue
+		}
+		st := flow.Status.PauseWhen[i]
+		if st.Holds {
+			line += "HOLDS"
+		} else {
+			line += "does not hold"
+		}
+		if st.Since != nil {
+			line += " since " + duration.HumanDuration(now.Sub(st.Since.Time)) + " ago"
+		}
+		if st.Seen != "" {
+			line += ", seen " + oneLine(st.Seen)
+		}
+		if st.Error != "" {
+			line += ", last reading failed: " + oneLine(st.Error)
+		}
+		if st.LastEvaluationTime != nil {
+			line += ", read " + duration.HumanDuration(now.Sub(st.LastEvaluationTime.Time)) + " ago"
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+func describeSource(c subflowv1.PauseCondition) string {
+	switch {
+	case c.Kubernetes != nil:
+		k := c.Kubernetes
+		return fmt.Sprintf("%s %s %s=%s", k.Kind, k.Name, k.ConditionType, k.Status)
+	case c.Prometheus != nil:
+		p := c.Prometheus
+		switch {
+		case p.Above != nil:
+			return fmt.Sprintf("%s > %s", oneLine(p.Query), p.Above.String())
+		case p.Below != nil:
+			return fmt.Sprintf("%s < %s", oneLine(p.Query), p.Below.String())
+		}
+		return oneLine(p.Query)
+	}
+	return "no source"
 }
 
 func describeTime(t *metav1.Time, now time.Time) string {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -143,5 +144,50 @@ func TestListLikeKubectlGet(t *testing.T) {
 
 	if r := subflow("list", "-n", empty); r.code != 0 || r.stdout != "" || r.stderr != "No resources found in list-empty namespace.\n" {
 		t.Errorf("empty namespace: %s", r)
+	}
+}
+
+// A flow that paused itself: status says which condition holds, since when and what was seen,
+// and which does not and why its last reading failed.
+func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
+	ns := namespace(t, "pausewhen")
+	above := resource.MustParse("30")
+	newFlow(t, ns, "guarded", func(f *subflowv1.SubscriptionFlow) {
+		f.Spec.PauseWhen = []subflowv1.PauseCondition{
+			{Name: "orders-db-down", Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "Deployment",
+				Name: "orders-db", ConditionType: "Available", Status: "False"}},
+			{Name: "lag", Prometheus: &subflowv1.PrometheusSource{Query: "max(lag_seconds)", Above: &above}},
+			{Name: "new", Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "StatefulSet",
+				Name: "cache", ConditionType: "Ready", Status: "False"}},
+		}
+	})
+	since := metav1.NewTime(time.Now().Add(-3 * time.Minute))
+	read := metav1.NewTime(time.Now().Add(-4 * time.Second))
+	setStatus(t, ns, "guarded", func(f *subflowv1.SubscriptionFlow) {
+		f.Status = subflowv1.SubscriptionFlowStatus{ObservedGeneration: f.Generation,
+			EffectiveState: subflowv1.StatePaused, StateSource: subflowv1.SourceCondition,
+			PauseWhen: []subflowv1.PauseConditionStatus{
+				{Name: "orders-db-down", Holds: true, Since: &since, Seen: "Available=False", LastEvaluationTime: &read},
+				{Name: "lag", Error: `query "max(lag_seconds)" returned 0 series, want 1`, LastEvaluationTime: &read},
+			},
+			Conditions: []metav1.Condition{condition(subflowv1.ConditionAutoPaused, metav1.ConditionTrue, subflowv1.ReasonConditionHolds,
+				"condition orders-db-down holds: Available=False")},
+		}
+	})
+
+	out := mustSucceed(t, "status", "guarded", "-n", ns).stdout
+	for _, want := range []string{
+		"Effective state: Paused (source: Condition)\n",
+		"Pause when:      \n",
+		"                 orders-db-down (Deployment orders-db Available=False): HOLDS since 3m ago, seen Available=False, read 4s ago\n",
+		`                 lag (max(lag_seconds) > 30): does not hold, last reading failed: query "max(lag_seconds)" returned 0 series, want 1, read 4s ago` + "\n",
+		"                 new (StatefulSet cache Ready=False): not evaluated yet\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  AutoPaused +True +ConditionHolds +\S+ +condition orders-db-down holds: Available=False$`).MatchString(out) {
+		t.Errorf("the conditions do not show AutoPaused:\n%s", out)
 	}
 }
