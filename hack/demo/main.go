@@ -53,6 +53,9 @@ func run(ctx context.Context, interactive bool, broker brokerURLs) error {
 		{"seek the paused subscription to a broker-entry index", d.seek},
 		{"maintenance window: Running in spec, paused Saturdays 03:00-04:00 UTC", d.window},
 		{"the window ends: the flow runs again and the backlog drains", d.resume},
+		{"spec.pauseWhen: the orders database goes down and the flow pauses itself", d.dependencyFails},
+		{"the database recovers: the flow resumes after resumeAfter and the backlog drains", d.dependencyRecovers},
+		{"everything produced is delivered", d.drained},
 	} {
 		step(s.title)
 		if err := s.run(ctx); err != nil {
@@ -60,7 +63,7 @@ func run(ctx context.Context, interactive bool, broker brokerURLs) error {
 			return err
 		}
 	}
-	fmt.Printf("\nALL STEPS HELD in %s: pause stopped delivery and permits, seek moved the cursor, the window paused and released, resume delivered every message.\n",
+	fmt.Printf("\nALL STEPS HELD in %s: pause stopped delivery and permits, seek moved the cursor, the window paused and released, the flow paused itself while its database was down, resume delivered every message.\n",
 		time.Since(started).Round(time.Second))
 	if interactive {
 		return d.interactive(ctx)

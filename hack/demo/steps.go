@@ -139,6 +139,12 @@ func (d *demo) resume(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	return d.drained(ctx)
+}
+
+// drained waits until every message produced so far reached an application; the producer
+// keeps going (for --interactive).
+func (d *demo) drained(ctx context.Context) error {
 	produced := int(d.w.produced.Load())
 	deadline := time.Now().Add(60 * time.Second)
 	for d.w.missing(produced) > 0 {
