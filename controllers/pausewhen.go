@@ -39,6 +39,10 @@ var (
 		Name: "subflow_pause_condition_last_evaluation_timestamp_seconds",
 		Help: "When the flow's spec.pauseWhen condition's source was last read (Unix time).",
 	}, []string{"namespace", "name", "condition"})
+	pauseConditionValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subflow_pause_condition_value",
+		Help: "The last value a spec.pauseWhen prometheus condition's query returned.",
+	}, []string{"namespace", "name", "condition"})
 	pauseConditionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subflow_pause_condition_errors_total",
 		Help: "Readings of the flow's spec.pauseWhen condition that its source could not give (onError decides what they mean).",
@@ -46,7 +50,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(pauseConditionHolds, pauseConditionEvaluated, pauseConditionErrors)
+	metrics.Registry.MustRegister(pauseConditionHolds, pauseConditionEvaluated, pauseConditionValue, pauseConditionErrors)
 }
 
 // A kubernetes condition names an object the controller reads with get, one at a time: by
@@ -103,13 +107,14 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 	for _, cond := range flow.Spec.PauseWhen {
 		t := cs.tracker(flow, cond)
 		interval := durationOr(cond.Interval, DefaultConditionInterval)
-		if t.evaluated.IsZero() || !now.Before(t.evaluated.Add(interval)) {
+		// Due after interval, or at once if the clock went back (an NTP step) past the last reading.
+		if t.evaluated.IsZero() || !now.Before(t.evaluated.Add(interval)) || now.Before(t.evaluated) {
 			reading := cs.read(ctx, flow.Namespace, cond, interval, now)
 			t.evaluated = now
 			if t.Observe(reading) {
 				out.changed = append(out.changed, t.Describe(cond.Name))
 			}
-			recordConditionMetrics(flow, cond.Name, t, reading)
+			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil, t, reading)
 		}
 		next := t.evaluated.Add(interval)
 		if p := t.Pending(); !p.IsZero() && p.Before(next) {
@@ -224,15 +229,15 @@ func thresholdsOf(p *subflowv1.PrometheusSource) pausewhen.Thresholds {
 }
 
 func conditionStatus(name string, t *conditionTracker) subflowv1.PauseConditionStatus {
-	st := subflowv1.PauseConditionStatus{Name: name, Holds: t.Tripped(), Seen: clip(t.Last().Seen, 256)}
+	// What decided, not every reading: a query's value changes at every interval, and a status
+	// write per flow and interval would load the API server for nothing (the latest value is a
+	// metric).
+	st := subflowv1.PauseConditionStatus{Name: name, Holds: t.Tripped(), Seen: clip(t.Decided().Seen, 256)}
 	if s := t.Since(); !s.IsZero() {
 		st.Since = &metav1.Time{Time: s}
 	}
 	if err := t.Last().Err; err != nil {
 		st.Error = clip(err.Error(), 1024)
-	}
-	if !t.evaluated.IsZero() {
-		st.LastEvaluationTime = &metav1.Time{Time: t.evaluated}
 	}
 	return st
 }
@@ -280,7 +285,7 @@ func setAutoPausedCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv
 		fit(maxConditionMessage, "; ", strings.Join(descriptions, "; ")))
 }
 
-func recordConditionMetrics(flow *subflowv1.SubscriptionFlow, name string, t *conditionTracker, r pausewhen.Reading) {
+func recordConditionMetrics(flow *subflowv1.SubscriptionFlow, name string, numeric bool, t *conditionTracker, r pausewhen.Reading) {
 	holds := 0.0
 	if t.Tripped() {
 		holds = 1
@@ -289,11 +294,13 @@ func recordConditionMetrics(flow *subflowv1.SubscriptionFlow, name string, t *co
 	pauseConditionEvaluated.WithLabelValues(flow.Namespace, flow.Name, name).Set(float64(r.At.Unix()))
 	if r.Err != nil {
 		pauseConditionErrors.WithLabelValues(flow.Namespace, flow.Name, name).Inc()
+	} else if numeric {
+		pauseConditionValue.WithLabelValues(flow.Namespace, flow.Name, name).Set(r.Value)
 	}
 }
 
 func forgetConditionMetrics(namespace, name, condition string) {
-	for _, v := range []*prometheus.GaugeVec{pauseConditionHolds, pauseConditionEvaluated} {
+	for _, v := range []*prometheus.GaugeVec{pauseConditionHolds, pauseConditionEvaluated, pauseConditionValue} {
 		v.DeleteLabelValues(namespace, name, condition)
 	}
 	pauseConditionErrors.DeleteLabelValues(namespace, name, condition)

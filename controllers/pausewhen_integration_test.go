@@ -106,7 +106,8 @@ func TestFlowPausesItselfWhileItsDependencyIsDown(t *testing.T) {
 	dependency(t, ns, "orders-db", corev1.ConditionTrue)
 	later(t, flow, 11*time.Second)
 	waitFlow(t, flow, "the first healthy reading", func(f *subflowv1.SubscriptionFlow) bool {
-		return conditionStatusOf(f).Seen == "Available=True"
+		c := condition(f, subflowv1.ConditionAutoPaused)
+		return c != nil && strings.Contains(c.Message, "resumes at") && conditionStatusOf(f).Seen == "Available=False"
 	})
 	if f := getFlow(t, flow); f.Status.EffectiveState != subflowv1.StatePaused {
 		t.Fatalf("resumed on the first healthy reading: %s by %s, want Paused until resumeAfter passed", f.Status.EffectiveState, f.Status.StateSource)

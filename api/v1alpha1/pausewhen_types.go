@@ -164,15 +164,14 @@ type PauseConditionStatus struct {
 	// since is when holds last changed (restored by a restarted controller).
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
-	// seen is the last reading: Available=False, a query's value.
+	// seen is the reading that decided holds (before any decision, the first reading):
+	// Available=False, a query's value. The latest value of a query is a metric
+	// (subflow_pause_condition_value), not written here at every reading.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Seen string `json:"seen,omitempty"`
-	// error says why the last reading failed.
+	// error says why the latest reading failed.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Error string `json:"error,omitempty"`
-	// lastEvaluationTime is when the source was last read.
-	// +optional
-	LastEvaluationTime *metav1.Time `json:"lastEvaluationTime,omitempty"`
 }

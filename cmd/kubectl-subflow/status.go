@@ -144,12 +144,17 @@ func describePauseWhen(flow *subflowv1.SubscriptionFlow, now time.Time) []string
 		if st.Error != "" {
 			line += ", last reading failed: " + oneLine(st.Error)
 		}
-		if st.LastEvaluationTime != nil {
-			line += ", read " + duration.HumanDuration(now.Sub(st.LastEvaluationTime.Time)) + " ago"
-		}
+		line += ", read every " + durationOf(c.Interval, "10s")
 		lines = append(lines, line)
 	}
 	return lines
+}
+
+func durationOf(d *metav1.Duration, fallback string) string {
+	if d == nil {
+		return fallback
+	}
+	return d.Duration.String()
 }
 
 func describeSource(c subflowv1.PauseCondition) string {

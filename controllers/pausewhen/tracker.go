@@ -132,6 +132,10 @@ type Tracker struct {
 	// run is when the current run of readings toward the other decision began (zero: none).
 	run  time.Time
 	last Reading
+	// decided is the reading that took the decision, or the first reading before any: what
+	// a status shows, which then changes with decisions, not with every reading.
+	decided Reading
+	read    bool
 }
 
 // Restore sets the decision a previous controller process recorded, and when it was taken.
@@ -148,10 +152,16 @@ func (t *Tracker) Since() time.Time { return t.since }
 // Last is the latest reading observed.
 func (t *Tracker) Last() Reading { return t.last }
 
+// Decided is the reading that took the decision (before any decision, the first reading).
+func (t *Tracker) Decided() Reading { return t.decided }
+
 // Observe takes a reading (readings come in time order) and reports whether the decision
 // changed.
 func (t *Tracker) Observe(r Reading) (changed bool) {
 	t.last = r
+	if !t.read {
+		t.decided, t.read = r, true
+	}
 	v := r.Verdict
 	if v == Unknown {
 		switch t.Policy.OnError {
@@ -169,13 +179,13 @@ func (t *Tracker) Observe(r Reading) (changed bool) {
 		t.run = time.Time{}
 		return false
 	}
-	if t.run.IsZero() {
+	if t.run.IsZero() || r.At.Before(t.run) { // a clock stepped back starts the run again
 		t.run = r.At
 	}
 	if r.At.Sub(t.run) < t.wait() {
 		return false
 	}
-	t.tripped, t.since, t.run = !t.tripped, r.At, time.Time{}
+	t.tripped, t.since, t.run, t.decided = !t.tripped, r.At, time.Time{}, r
 	return true
 }
 
@@ -196,14 +206,31 @@ func (t *Tracker) Pending() time.Time {
 	return t.run.Add(t.wait())
 }
 
-// Describe says what the condition decided and why, for a status message or an event.
+// Describe says what the condition decided, on which reading, and what is under way: a run
+// toward the other decision and when it completes, a latest reading that failed. It changes
+// with those, not with every reading, so that it can go into a status.
 func (t *Tracker) Describe(name string) string {
-	seen := t.last.Seen
-	if t.last.Err != nil {
-		seen = "unknown (" + t.last.Err.Error() + ")"
-	}
+	verb := "does not hold"
 	if t.tripped {
-		return fmt.Sprintf("condition %s holds: %s", name, seen)
+		verb = "holds"
 	}
-	return fmt.Sprintf("condition %s does not hold: %s", name, seen)
+	text := fmt.Sprintf("condition %s %s: %s", name, verb, seenOf(t.decided))
+	if p := t.Pending(); !p.IsZero() {
+		next := "pauses"
+		if t.tripped {
+			next = "resumes"
+		}
+		text += fmt.Sprintf("; %s at %s if readings stay so", next, p.UTC().Format(time.RFC3339))
+	}
+	if t.last.Err != nil && t.decided.Err == nil {
+		text += "; the latest reading failed: " + t.last.Err.Error()
+	}
+	return text
+}
+
+func seenOf(r Reading) string {
+	if r.Err != nil {
+		return "unknown (" + r.Err.Error() + ")"
+	}
+	return r.Seen
 }

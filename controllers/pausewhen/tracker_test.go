@@ -166,14 +166,37 @@ func TestTrackerRestoredFromStatusKeepsThePause(t *testing.T) {
 	}
 }
 
-func TestTrackerDescribeNamesWhatWasSeen(t *testing.T) {
-	tr := Tracker{}
-	tr.Observe(Reading{Verdict: Unhealthy, Seen: "Available=False", At: time.Now()})
-	if got, want := tr.Describe("orders-db"), "condition orders-db holds: Available=False"; got != want {
+// Describe names the reading that decided, a run under way and when it completes, and a
+// latest reading that failed; not every reading (it goes into a status).
+func TestTrackerDescribeNamesWhatDecided(t *testing.T) {
+	start := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	tr := Tracker{Policy: Policy{ResumeAfter: 30 * time.Second}}
+	tr.Observe(Reading{Verdict: Unhealthy, Seen: "Available=False", At: start})
+	tr.Observe(Reading{Verdict: Unknown, Err: errors.New("connection refused"), At: start.Add(10 * time.Second)})
+	if got, want := tr.Describe("orders-db"), "condition orders-db holds: Available=False; the latest reading failed: connection refused"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
-	tr.Observe(Reading{Verdict: Unknown, Err: errors.New("connection refused"), At: time.Now()})
-	if got, want := tr.Describe("orders-db"), "condition orders-db holds: unknown (connection refused)"; got != want {
+	tr.Observe(Reading{Verdict: Healthy, Seen: "Available=True", At: start.Add(20 * time.Second)})
+	if got, want := tr.Describe("orders-db"), "condition orders-db holds: Available=False; resumes at 2026-12-05T12:00:50Z if readings stay so"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
+	tr.Observe(Reading{Verdict: Healthy, Seen: "Available=True", At: start.Add(50 * time.Second)})
+	if got, want := tr.Describe("orders-db"), "condition orders-db does not hold: Available=True"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	first := Tracker{}
+	first.Observe(Reading{Verdict: Unknown, Err: errors.New("no such host"), At: start})
+	if got, want := first.Describe("lag"), "condition lag does not hold: unknown (no such host)"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// A clock stepped back (an NTP correction) must not freeze a run toward a change: the run
+// starts again at the earlier reading and completes after its wait from there.
+func TestTrackerRunRestartsWhenTheClockStepsBack(t *testing.T) {
+	run(t, Policy{For: 10 * time.Second}, []step{
+		{time.Hour, Unhealthy, false},
+		{0, Unhealthy, false}, // an hour earlier: the run starts again here
+		{10 * time.Second, Unhealthy, true},
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -78,13 +79,17 @@ func (d *demo) dependencyRecovers(ctx context.Context) error {
 		return err
 	}
 	if err := d.waitFor(ctx, "the first healthy reading", func(f *subflowv1.SubscriptionFlow) bool {
-		return len(f.Status.PauseWhen) == 1 && f.Status.PauseWhen[0].Seen == "Available=True"
+		c := meta.FindStatusCondition(f.Status.Conditions, subflowv1.ConditionAutoPaused)
+		return c != nil && strings.Contains(c.Message, "resumes at")
 	}); err != nil {
 		return err
 	}
-	if f, err := d.get(ctx); err != nil {
+	f, err := d.get(ctx)
+	if err != nil {
 		return err
-	} else if f.Status.EffectiveState != subflowv1.StatePaused {
+	}
+	fmt.Printf("   AutoPaused: %s\n", meta.FindStatusCondition(f.Status.Conditions, subflowv1.ConditionAutoPaused).Message)
+	if f.Status.EffectiveState != subflowv1.StatePaused {
 		return fmt.Errorf("resumed at the first healthy reading (%s), before resumeAfter", f.Status.EffectiveState)
 	}
 	fmt.Println("   still Paused: resumeAfter (30s) of health has not passed")
