@@ -288,11 +288,71 @@ var pingFrame = encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), 
 // Fields of MessageMetadata read by hand (PulsarApi.proto numbers): every MESSAGE goes through
 // readEntry, which skips the rest of the metadata instead of unmarshalling all of it.
 const (
-	fieldMetadataNumMessages = 11
-	fieldMetadataUUID        = 26
-	fieldMetadataNumChunks   = 27
-	fieldMetadataChunkID     = 29
+	fieldMetadataNumMessages    = 11
+	fieldMetadataEncryptionKeys = 13
+	fieldMetadataUUID           = 26
+	fieldMetadataNumChunks      = 27
+	fieldMetadataChunkID        = 29
 )
+
+// decodeRules are what the broker's decoder (LightProto) checks of a message beyond its wire
+// format: its required fields, each with its wire type, and the rules of its sub-messages.
+// It cannot skip a group either. It counts an entry whose MessageMetadata fails them as one
+// message, whatever num_messages_in_batch says.
+type decodeRules struct {
+	required []fieldKey
+	nested   map[protowire.Number]*decodeRules
+}
+
+type fieldKey struct {
+	num protowire.Number
+	wt  protowire.Type
+}
+
+// The rules of MessageMetadata (PulsarApi.proto): producer_name, sequence_id, publish_time;
+// properties (KeyValue: key, value) and encryption_keys (EncryptionKeys: key, value, and its
+// metadata, KeyValue).
+var (
+	keyValueRules = &decodeRules{required: []fieldKey{{1, protowire.BytesType}, {2, protowire.BytesType}}}
+	metadataRules = &decodeRules{
+		required: []fieldKey{{1, protowire.BytesType}, {2, protowire.VarintType}, {3, protowire.VarintType}},
+		nested: map[protowire.Number]*decodeRules{4: keyValueRules, fieldMetadataEncryptionKeys: {
+			required: []fieldKey{{1, protowire.BytesType}, {2, protowire.BytesType}},
+			nested:   map[protowire.Number]*decodeRules{3: keyValueRules}}},
+	}
+)
+
+// check refuses an encoded message the broker's decoder refuses.
+func (r *decodeRules) check(msg []byte) error {
+	var given uint64 // bit i: required[i]
+	for len(msg) > 0 {
+		num, wt, value, rest, err := consumeField(msg)
+		if err != nil {
+			return err
+		}
+		msg = rest
+		if wt == protowire.StartGroupType {
+			return fmt.Errorf("group field %d", num)
+		}
+		for i, f := range r.required {
+			if f == (fieldKey{num, wt}) {
+				given |= 1 << i
+			}
+		}
+		if sub := r.nested[num]; sub != nil && wt == protowire.BytesType {
+			inner, _ := protowire.ConsumeBytes(value)
+			if err := sub.check(inner); err != nil {
+				return fmt.Errorf("field %d: %w", num, err)
+			}
+		}
+	}
+	for i, f := range r.required {
+		if given&(1<<i) == 0 {
+			return fmt.Errorf("required field %d missing", f.num)
+		}
+	}
+	return nil
+}
 
 // entry is what the sidecar reads of a MESSAGE payload.
 type entry struct {
@@ -309,13 +369,26 @@ func (e entry) chunked() bool { return e.numChunks > 1 }
 func (e entry) lastChunk() bool { return e.chunkID == e.numChunks-1 }
 
 // readEntry reads a MESSAGE payload's metadata, after the optional broker-entry metadata and
-// checksum sections. On error the entry counts as one unchunked message.
+// checksum sections. Metadata the broker's decoder refuses (metadataRules) counts, as the
+// broker counts it, as one unchunked message, whatever its fields say.
 func readEntry(payload []byte) (entry, error) {
-	e := entry{messages: 1}
 	meta, err := metadataOf(payload)
-	if err != nil {
-		return e, err
+	if err == nil {
+		err = metadataRules.check(meta)
 	}
+	var e entry
+	if err == nil {
+		e, err = scanEntry(meta)
+	}
+	if err != nil {
+		return entry{messages: 1}, err
+	}
+	return e, nil
+}
+
+// scanEntry reads the fields of a MessageMetadata the gate uses.
+func scanEntry(meta []byte) (entry, error) {
+	e := entry{messages: 1}
 	for len(meta) > 0 {
 		num, typ, n := protowire.ConsumeTag(meta)
 		if n < 0 {

@@ -60,10 +60,6 @@ const (
 	compressionSnappy = 4
 )
 
-// fieldMetadataEncryptionKeys is MessageMetadata.encryption_keys: an encrypted batch cannot be
-// opened, so it is forwarded whole.
-const fieldMetadataEncryptionKeys = 7
-
 // maxCutBatch bounds what a cut decompresses: a batch is at most the broker's maximum message
 // size (5 MiB by default), so more than this is not a batch as the metadata says.
 const maxCutBatch = 64 << 20
@@ -115,8 +111,12 @@ func batchFrom(f frame, keepFrom int32) (brokerEntry []byte, meta *pb.MessageMet
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if hasField(rawMeta, fieldMetadataEncryptionKeys) {
+	if hasField(rawMeta, fieldMetadataEncryptionKeys) { // ciphertext: it cannot be opened
 		return nil, nil, nil, errors.New("encrypted")
+	}
+	// The broker counts such an entry as one message: the messages cut would not be its debit.
+	if err := metadataRules.check(rawMeta); err != nil {
+		return nil, nil, nil, fmt.Errorf("metadata the broker cannot read: %w", err)
 	}
 	meta = &pb.MessageMetadata{}
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(rawMeta, meta); err != nil {
