@@ -62,6 +62,20 @@ lint: vet ## Check formatting, vet, and that the agent does not pull in controll
 test: ## Run unit and envtest integration tests with -race (builds envtest binaries on first use).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $(TEST_FLAGS) ./...
 
+# Go fuzz targets, package:name. Each checks what a user relies on (a command read as the
+# broker reads it, a cut that keeps exactly the entry's messages from the target on) and that
+# no input allocates more than a stated bound; crashers go to the package's testdata/fuzz/.
+FUZZ_TARGETS = ./agent/sidecar:FuzzClientFrames ./agent/sidecar:FuzzBrokerMessage \
+	./agent/sidecar:FuzzCutBatch ./agent/sidecar:FuzzTranslateAck ./agent/control:FuzzDecodeFlowRequest
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Fuzz the sidecar's frame parsing both ways, its seek cut and ACK translation, and the control API's request decoding (FUZZTIME per target, default 30s).
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$${t##*:}$$" -fuzztime=$(FUZZTIME) $${t%%:*}; \
+	done
+
 .PHONY: conformance
 conformance: ## Run the agent's broker conformance tests (in-process pulsartest, or the broker at PULSAR_URL and PULSAR_ADMIN_URL).
 	PULSAR_URL="$(PULSAR_URL)" PULSAR_ADMIN_URL="$(PULSAR_ADMIN_URL)" $(GO) test $(TEST_FLAGS) -run 'Integration' ./agent/
