@@ -2,6 +2,7 @@ package charts
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -23,6 +25,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testkit"
 )
 
 // standIns are minimal CRDs for the kinds of cert-manager and the Prometheus Operator that the
@@ -219,6 +222,15 @@ func TestApplyServerSide(t *testing.T) {
 		}
 	})
 
+	// Each release's admission policy lets its controller create the agent-token Secret and no
+	// Secret a stolen controller token could turn into a ServiceAccount's credentials.
+	for user, namespace := range map[string]string{"system:serviceaccount:subflow-system:subflow-controller": "subflow-system",
+		"system:serviceaccount:ops:team-subflow-controller": "ops"} {
+		t.Run("secret creates as "+user, func(t *testing.T) {
+			checkControllerSecretCreates(t, cfg, k8s, user, namespace)
+		})
+	}
+
 	t.Run("permissions", func(t *testing.T) {
 		type access struct {
 			verb, group, resource, namespace, name string
@@ -248,6 +260,8 @@ func TestApplyServerSide(t *testing.T) {
 				{"delete", admission, "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", false},
 				{"create", admission, "validatingwebhookconfigurations", "", "", false},
 				{"update", "", "pods", "shop", "", false},
+				{"get", "", "pods", "shop", "", false},
+				{"update", "subflow.dev", "subscriptionflows/finalizers", "shop", "", false},
 			},
 			// cert-manager: the controller needs no certificate permission at all.
 			"system:serviceaccount:ops:team-subflow-controller": {
@@ -261,11 +275,12 @@ func TestApplyServerSide(t *testing.T) {
 		for user, accesses := range checks {
 			namespace := strings.Split(user, ":")[2]
 			for _, a := range accesses {
+				resource, subresource, _ := strings.Cut(a.resource, "/")
 				review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 					User:   user,
 					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.namespace, Verb: a.verb, Group: a.group,
-						Resource: a.resource, Name: a.name},
+						Resource: resource, Subresource: subresource, Name: a.name},
 				}}
 				if err := k8s.Create(ctx, review); err != nil {
 					t.Fatal(err)
@@ -277,4 +292,67 @@ func TestApplyServerSide(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkControllerSecretCreates creates Secrets as the controller's ServiceAccount user (of the
+// namespace namespace): once the release's policy is in force, another name, a service-account
+// token Secret and the service-account annotations are refused, and the agent-token Secret as
+// controllers/token.go creates it is stored.
+func checkControllerSecretCreates(t *testing.T, cfg *rest.Config, admin client.Client, user, namespace string) {
+	ctx := context.Background()
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: user,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
+	controller, err := client.New(as, client.Options{Scheme: admin.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := func() string {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "secrets-"}}
+		if err := admin.Create(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		return ns.Name
+	}
+	secret := func(name string, typ corev1.SecretType, annotations map[string]string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fresh(), Name: name, Annotations: annotations,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "subflow", "subflow.dev/agent-token": "true"}},
+			Type: typ, Data: map[string][]byte{"token": []byte("a-token")}}
+	}
+	const (
+		refusedName        = "the subflow controller creates only the Secret subflow-agent-token"
+		refusedType        = "the subflow controller creates only Secrets of type Opaque"
+		refusedAnnotations = "the subflow controller creates no Secret with a service-account annotation"
+	)
+	// In force a moment after it is created: wait for a refusal (a dry run stores nothing).
+	probe := secret("probe", "", nil)
+	var last error
+	if !(testkit.Poll{Within: 30 * time.Second, Every: 50 * time.Millisecond}).Until(func() bool {
+		last = controller.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return last != nil && strings.Contains(last.Error(), refusedName)
+	}) {
+		t.Errorf("%s: a Secret named probe was not refused within 30s (last answer: %v)", user, last)
+	}
+	saName := map[string]string{corev1.ServiceAccountNameKey: "default"}
+	for _, c := range []struct {
+		secret *corev1.Secret
+		refuse string
+	}{
+		{secret("db-password", "", nil), refusedName},
+		{secret("subflow-agent-token", corev1.SecretTypeServiceAccountToken, saName), refusedType},
+		{secret("subflow-agent-token", corev1.SecretTypeOpaque, saName), refusedAnnotations},
+		{secret("subflow-agent-token", "", map[string]string{corev1.ServiceAccountUIDKey: "0b4e6a1c-2f0e-4a57-9d8b-7d7d1c0f3e21"}), refusedAnnotations},
+		{secret("subflow-agent-token", "", nil), ""},
+	} {
+		err := controller.Create(ctx, c.secret)
+		what := fmt.Sprintf("%s/%s (type %s, annotations %v)", c.secret.Namespace, c.secret.Name, c.secret.Type, c.secret.Annotations)
+		switch {
+		case c.refuse == "" && err != nil:
+			t.Errorf("%s could not create %s: %v", user, what, err)
+		case c.refuse != "" && err == nil:
+			t.Errorf("%s created %s, want it refused with %q", user, what, c.refuse)
+		case c.refuse != "" && !strings.Contains(err.Error(), c.refuse):
+			t.Errorf("%s: %s refused with %v, want %q", user, what, err, c.refuse)
+		}
+	}
 }

@@ -186,6 +186,12 @@ func TestLint(t *testing.T) {
 	} else if _, args := container(t, minimal[0]); !slices.Contains(args, "--enable-webhooks=false") || !slices.Contains(args, "--metrics-bind-address=0") {
 		t.Errorf("args %v, want --enable-webhooks=false and --metrics-bind-address=0", args)
 	}
+	// rbac.secretsPolicy=false leaves the admission policy out (for policies managed otherwise).
+	for _, o := range render(t, "subflow", "subflow-system", "rbac.secretsPolicy=false") {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+			t.Errorf("with rbac.secretsPolicy=false the chart renders %s %s", o.GetKind(), o.GetName())
+		}
+	}
 }
 
 // TestRenderDefault: the default values install what config/default does, under the same names
@@ -193,13 +199,15 @@ func TestLint(t *testing.T) {
 func TestRenderDefault(t *testing.T) {
 	objs := render(t, "subflow", "subflow-system")
 	want := map[string][]string{
-		"CustomResourceDefinition":       {"subscriptionflows.subflow.dev"},
-		"ServiceAccount":                 {"subflow-controller"},
-		"Deployment":                     {"subflow-controller"},
-		"Service":                        {"subflow-webhook-service", "subflow-metrics"},
-		"Secret":                         {"subflow-webhook-server-cert"},
-		"MutatingWebhookConfiguration":   {"subflow-mutating-webhook-configuration"},
-		"ValidatingWebhookConfiguration": {"subflow-validating-webhook-configuration"},
+		"CustomResourceDefinition":         {"subscriptionflows.subflow.dev"},
+		"ServiceAccount":                   {"subflow-controller"},
+		"Deployment":                       {"subflow-controller"},
+		"Service":                          {"subflow-webhook-service", "subflow-metrics"},
+		"Secret":                           {"subflow-webhook-server-cert"},
+		"MutatingWebhookConfiguration":     {"subflow-mutating-webhook-configuration"},
+		"ValidatingWebhookConfiguration":   {"subflow-validating-webhook-configuration"},
+		"ValidatingAdmissionPolicy":        {"subflow-controller-secrets"},
+		"ValidatingAdmissionPolicyBinding": {"subflow-controller-secrets"},
 	}
 	for kind, names := range want {
 		for _, name := range names {
@@ -243,6 +251,17 @@ func TestRenderDefault(t *testing.T) {
 		}
 		if got, want := toJSON(t, chart.Object["webhooks"]), toJSON(t, kust.Object["webhooks"]); got != want {
 			t.Errorf("%s webhooks differ from config/default's:\nchart:  %s\nconfig: %s", kind, got, want)
+		}
+	}
+	// The admission policy on the controller's Secret creates is config/default's: the same
+	// expressions, naming the same ServiceAccount, bound the same way.
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		chart, kust := find(objs, kind, "subflow-controller-secrets"), find(config, kind, "subflow-controller-secrets")
+		if chart == nil || kust == nil {
+			t.Fatalf("%s subflow-controller-secrets: chart %v, config/default %v", kind, chart != nil, kust != nil)
+		}
+		if got, want := toJSON(t, chart.Object["spec"]), toJSON(t, kust.Object["spec"]); got != want {
+			t.Errorf("%s spec differs from config/default's:\nchart:  %s\nconfig: %s", kind, got, want)
 		}
 	}
 	// The CRD is config/crd/bases' (only Helm's keep annotation and labels added).

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -13,7 +14,8 @@ import (
 
 // clusterScoped are the kinds config/ renders outside subflow-system.
 var clusterScoped = map[string]bool{"Namespace": true, "CustomResourceDefinition": true, "ClusterRole": true,
-	"ClusterRoleBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true}
+	"ClusterRoleBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 func TestDefaultOverlayRenders(t *testing.T) {
 	checkOverlay(t, "default", map[string]string{"Secret": "subflow-webhook-server-cert"})
@@ -53,6 +55,8 @@ func checkOverlay(t *testing.T, dir string, extra map[string]string) resmap.ResM
 		"ClusterRoleBinding/subflow-manager-rolebinding":                          "",
 		"Role/subflow-leader-election-role":                                       "",
 		"ServiceAccount/subflow-controller":                                       "",
+		"ValidatingAdmissionPolicy/subflow-controller-secrets":                    "",
+		"ValidatingAdmissionPolicyBinding/subflow-controller-secrets":             "",
 		"Namespace/subflow-system":                                                "",
 	}
 	for kind, name := range extra {
@@ -62,6 +66,9 @@ func checkOverlay(t *testing.T, dir string, extra map[string]string) resmap.ResM
 		delete(want, r.GetKind()+"/"+r.GetName())
 		if !clusterScoped[r.GetKind()] && r.GetNamespace() != "subflow-system" {
 			t.Errorf("%s/%s rendered in namespace %q, want subflow-system", r.GetKind(), r.GetName(), r.GetNamespace())
+		}
+		if clusterScoped[r.GetKind()] && r.GetNamespace() != "" {
+			t.Errorf("%s/%s is cluster-scoped but rendered in namespace %q", r.GetKind(), r.GetName(), r.GetNamespace())
 		}
 	}
 	for missing := range want {
@@ -148,5 +155,51 @@ func TestMetricsServiceReachesTheController(t *testing.T) {
 	}
 	if len(selector) == 0 || !found {
 		t.Errorf("the metrics Service (selector %v) targets port %v, which the controller (ports %v) does not name", selector, target, ports)
+	}
+}
+
+// TestSecretsPolicyNamesTheController: in both overlays the admission policy on Secret creates
+// applies to the user of the ServiceAccount the overlay renders and the Deployment runs as (its
+// expression names it literally: kustomize cannot write into a CEL string), refuses when it
+// cannot evaluate, and is bound to deny.
+func TestSecretsPolicyNamesTheController(t *testing.T) {
+	for _, dir := range []string{"default", "cert-manager"} {
+		resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+		if err != nil {
+			t.Fatalf("kustomize config/%s: %v", dir, err)
+		}
+		objs := map[string]map[string]any{}
+		var accounts []string
+		for _, r := range resources.Resources() {
+			m, err := r.Map()
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs[r.GetKind()] = m
+			if r.GetKind() == "ServiceAccount" {
+				accounts = append(accounts, r.GetNamespace()+":"+r.GetName())
+			}
+		}
+		policy, binding, deployment := objs["ValidatingAdmissionPolicy"], objs["ValidatingAdmissionPolicyBinding"], objs["Deployment"]
+		if policy == nil || binding == nil || deployment == nil || len(accounts) != 1 {
+			t.Fatalf("config/%s: policy %v, binding %v, Deployment %v, ServiceAccounts %v", dir, policy != nil, binding != nil, deployment != nil, accounts)
+		}
+		ns, _, _ := unstructured.NestedString(deployment, "metadata", "namespace")
+		runsAs, _, _ := unstructured.NestedString(deployment, "spec", "template", "spec", "serviceAccountName")
+		if accounts[0] != ns+":"+runsAs {
+			t.Errorf("config/%s: the controller runs as %s:%s, the ServiceAccount rendered is %s", dir, ns, runsAs, accounts[0])
+		}
+		conditions, _, _ := unstructured.NestedSlice(policy, "spec", "matchConditions")
+		want := "request.userInfo.username == 'system:serviceaccount:" + accounts[0] + "'"
+		if len(conditions) != 1 || conditions[0].(map[string]any)["expression"] != want {
+			t.Errorf("config/%s: the policy's matchConditions are %v, want the one expression %s", dir, conditions, want)
+		}
+		name, _, _ := unstructured.NestedString(policy, "metadata", "name")
+		bound, _, _ := unstructured.NestedString(binding, "spec", "policyName")
+		actions, _, _ := unstructured.NestedStringSlice(binding, "spec", "validationActions")
+		failure, _, _ := unstructured.NestedString(policy, "spec", "failurePolicy")
+		if bound != name || fmt.Sprint(actions) != "[Deny]" || failure != "Fail" {
+			t.Errorf("config/%s: binding of %q with %v to policy %q with failurePolicy %q, want Deny, the policy's name and Fail", dir, bound, actions, name, failure)
+		}
 	}
 }

@@ -38,12 +38,13 @@ import (
 )
 
 // Permissions, least privilege, exactly what the code uses (a test runs the manager with them):
-// flows are watched and patched (finalizer, status); Secrets are read one by one, only the
-// agent-token Secret by name, and created when missing - never listed or watched.
+// flows are watched and patched (finalizer, status); Pods are read from the cache only (list,
+// watch); Secrets are read one by one, only the agent-token Secret by name, and created when
+// missing - never listed or watched. No finalizers/update: the finalizer is set by a patch of the
+// flow, and nothing the controller creates has an ownerReference blocking a flow's deletion.
 // +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows/status,verbs=patch
-// +kubebuilder:rbac:groups=subflow.dev,resources=subscriptionflows/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get,resourceNames=subflow-agent-token
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -103,7 +103,12 @@ func TestProducerAccessModes(t *testing.T) {
 	default:
 	}
 	first.Close()
-	waiter := <-created
+	var waiter pulsar.Producer
+	select {
+	case waiter = <-created:
+	case <-time.After(waitFor):
+		t.Fatal("WaitForExclusive producer not created after the exclusive one closed")
+	}
 	if waiter == nil {
 		t.FailNow()
 	}

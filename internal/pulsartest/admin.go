@@ -31,11 +31,13 @@ func (b *Broker) adminHandler() http.Handler {
 	owned("PUT "+topicPath+"/unload", b.unloadTopic)
 	owned("POST "+topicPath+"/subscription/{sub}/expireMessages/{seconds}", b.expireMessages)
 	owned("POST "+topicPath+"/all_subscription/expireMessages/{seconds}", b.expireMessages)
+	owned("POST "+topicPath+"/terminate", b.terminateTopic)
 	// partitioned-stats and partition metadata are answered by any broker.
 	mux.HandleFunc("GET "+topicPath+"/partitioned-stats", b.partitionedStats)
 	mux.HandleFunc("PUT "+topicPath+"/partitions", b.createPartitions)
 	mux.HandleFunc("POST "+topicPath+"/partitions", b.updatePartitions)
 	mux.HandleFunc("GET "+topicPath+"/partitions", b.partitionMetadata)
+	mux.HandleFunc("DELETE "+topicPath+"/partitions", b.deletePartitions)
 	b.policyRoutes(mux, owned)
 	return b.authenticated(mux)
 }
@@ -324,8 +326,8 @@ func javaDate(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.999999999Z07:00")
 }
 
-// messageIDJSON is what PIP-415 getMessageIdByIndex answers: the entry, a
-// MessageIdImpl whose batch fields are always -1 and 0.
+// messageIDJSON is MessageIdImpl as the admin API writes it: what PIP-415
+// getMessageIdByIndex answers (batch fields always -1 and 0), and terminate.
 type messageIDJSON struct {
 	LedgerID       int64 `json:"ledgerId"`
 	EntryID        int64 `json:"entryId"`
@@ -477,6 +479,9 @@ type consumerStatsJSON struct {
 	AvgMessagesPerEntry          int64  `json:"avgMessagesPerEntry"`
 	BlockedConsumerOnUnackedMsgs bool   `json:"blockedConsumerOnUnackedMsgs"`
 	Address                      string `json:"address"`
+	// As for publishers, only in a topic's own stats (ConsumerStatsImpl.add drops them).
+	ClientVersion string             `json:"clientVersion,omitempty"`
+	Metadata      *map[string]string `json:"metadata,omitempty"`
 }
 
 type subscriptionStatsJSON struct {
@@ -494,10 +499,14 @@ type subscriptionStatsJSON struct {
 	Consumers                       []consumerStatsJSON `json:"consumers"`
 }
 
+// publisherJSON is PublisherStats; metadata and clientVersion are only in a topic's own
+// stats, not in partitioned-stats' aggregate (PublisherStatsImpl.add drops them).
 type publisherJSON struct {
-	ProducerID   uint64 `json:"producerId"`
-	ProducerName string `json:"producerName"`
-	Address      string `json:"address"`
+	ProducerID    uint64             `json:"producerId"`
+	ProducerName  string             `json:"producerName"`
+	Address       string             `json:"address"`
+	ClientVersion string             `json:"clientVersion,omitempty"`
+	Metadata      *map[string]string `json:"metadata,omitempty"`
 }
 
 type topicStatsJSON struct {
@@ -508,6 +517,18 @@ type topicStatsJSON struct {
 	EarliestMsgPublishTimeInBacklogs int64                            `json:"earliestMsgPublishTimeInBacklogs"`
 	Publishers                       []publisherJSON                  `json:"publishers"`
 	Subscriptions                    map[string]subscriptionStatsJSON `json:"subscriptions"`
+	// Partitions is partitioned-stats' per-partition map (perPartition, true by default).
+	Partitions map[string]topicStatsJSON `json:"partitions,omitempty"`
+}
+
+// statsMetadata is a copy of a producer's or consumer's metadata for its stats: {} when it
+// has none.
+func statsMetadata(m map[string]string) *map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return &out
 }
 
 // topicStats mirrors TopicStats of one topic or partition; a partitioned
@@ -526,11 +547,29 @@ func (b *Broker) topicStats(w http.ResponseWriter, r *http.Request) {
 // earliest publish times are computed only when getEarliestTimeInBacklog=true.
 func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 	earliest := r.URL.Query().Get("getEarliestTimeInBacklog") == "true"
-	topics := b.topicsNamed(fullFromPath(r))
+	full := fullFromPath(r)
+	topics := b.topicsNamed(full)
 	if len(topics) == 0 {
 		writeReason(w, http.StatusNotFound, "Topic not found")
 		return
 	}
+	if b.partitionsOf(full) == 0 {
+		writeJSON(w, http.StatusOK, statsOf(topics, earliest, true))
+		return
+	}
+	out := statsOf(topics, earliest, false)
+	if r.URL.Query().Get("perPartition") != "false" {
+		out.Partitions = map[string]topicStatsJSON{}
+		for _, t := range topics {
+			out.Partitions[t.name.full] = statsOf([]*topic{t}, earliest, true)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// statsOf sums the stats of topics (the partitions of one partitioned topic, or one topic);
+// detail adds what only a topic's own stats show.
+func statsOf(topics []*topic, earliest, detail bool) topicStatsJSON {
 	out := topicStatsJSON{Publishers: []publisherJSON{}, Subscriptions: map[string]subscriptionStatsJSON{}}
 	for _, t := range topics {
 		t.mu.Lock()
@@ -538,7 +577,11 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 		out.StorageSize += t.size
 		out.BacklogSize += t.estimatedBacklogSize()
 		for p := range t.producers {
-			out.Publishers = append(out.Publishers, publisherJSON{ProducerID: p.id, ProducerName: p.name, Address: p.conn.nc.RemoteAddr().String()})
+			pj := publisherJSON{ProducerID: p.id, ProducerName: p.name, Address: p.conn.nc.RemoteAddr().String()}
+			if detail {
+				pj.ClientVersion, pj.Metadata = p.conn.clientVersion, statsMetadata(p.metadata)
+			}
+			out.Publishers = append(out.Publishers, pj)
 		}
 		for name, s := range t.subs {
 			ss := out.Subscriptions[name]
@@ -566,10 +609,14 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 					unacked = 0
 				}
 				ss.UnackedMessages += unacked
-				ss.Consumers = append(ss.Consumers, consumerStatsJSON{
+				cj := consumerStatsJSON{
 					ConsumerName: c.name, AvailablePermits: c.permits, UnackedMessages: unacked,
 					MsgOutCounter: c.dispatched, AvgMessagesPerEntry: 1, Address: c.conn.nc.RemoteAddr().String(), BlockedConsumerOnUnackedMsgs: c.blocked,
-				})
+				}
+				if detail {
+					cj.ClientVersion, cj.Metadata = c.conn.clientVersion, statsMetadata(c.metadata)
+				}
+				ss.Consumers = append(ss.Consumers, cj)
 			}
 			if ss.Consumers == nil {
 				ss.Consumers = []consumerStatsJSON{}
@@ -578,7 +625,7 @@ func (b *Broker) partitionedStats(w http.ResponseWriter, r *http.Request) {
 		}
 		t.mu.Unlock()
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 func subTypeName(k subType) string { return k.String() }
@@ -597,19 +644,46 @@ func earliestOf(a, b int64) int64 {
 	return max(a, b) // a time beats -1
 }
 
+// createPartitions is PersistentTopics.createPartitionedTopic, whose body is the number of
+// partitions, and ExtPersistentTopics.createPartitionedTopic, which pulsaradmin calls with a
+// PartitionedTopicMetadata body {"partitions": N, "properties": {...}} of media type
+// application/vnd.partitioned-topic-metadata+json: 406 unless N is positive, 409 when the
+// name is taken.
 func (b *Broker) createPartitions(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
-	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
-	if err != nil {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	var meta struct {
+		Partitions int               `json:"partitions"`
+		Properties map[string]string `json:"properties"`
+	}
+	var err error
+	if strings.HasPrefix(r.Header.Get("Content-Type"), partitionedTopicMetadataType) {
+		err = json.Unmarshal(body, &meta)
+	} else {
+		meta.Partitions, err = strconv.Atoi(strings.TrimSpace(string(body)))
+	}
+	switch {
+	case err != nil:
 		writeReason(w, http.StatusBadRequest, "body must be the number of partitions")
 		return
-	}
-	if err := b.CreatePartitionedTopic(fullFromPath(r), n); err != nil {
-		writeReason(w, http.StatusConflict, err.Error())
+	case meta.Partitions <= 0:
+		writeReason(w, http.StatusNotAcceptable, "Number of partitions should be more than 0")
 		return
+	}
+	full := fullFromPath(r)
+	if err := b.CreatePartitionedTopic(full, meta.Partitions); err != nil {
+		writeReason(w, http.StatusConflict, "This topic already exists")
+		return
+	}
+	if meta.Properties != nil {
+		b.st.mu.Lock()
+		b.st.partitionProps[full] = meta.Properties
+		b.st.mu.Unlock()
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// partitionedTopicMetadataType is PartitionedTopicMetadata.MEDIA_TYPE.
+const partitionedTopicMetadataType = "application/vnd.partitioned-topic-metadata+json"
 
 // updatePartitions is PersistentTopicsBase.internalUpdatePartitionedTopicAsync
 // (POST .../partitions, body the new count): 406 unless positive, 409 when
@@ -643,14 +717,70 @@ func (b *Broker) updatePartitions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *Broker) partitionMetadata(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, partitionedTopicMetadataJSON{Partitions: b.partitionsOf(fullFromPath(r))})
+	full := fullFromPath(r)
+	b.st.mu.Lock()
+	out := partitionedTopicMetadataJSON{Partitions: b.st.partitioned[full], Properties: b.st.partitionProps[full]}
+	b.st.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
 }
 
 // partitionedTopicMetadataJSON is PartitionedTopicMetadata as the broker
 // writes it: properties are omitted when null, "deleted" is always there.
 type partitionedTopicMetadataJSON struct {
-	Partitions int  `json:"partitions"`
-	Deleted    bool `json:"deleted"`
+	Partitions int               `json:"partitions"`
+	Deleted    bool              `json:"deleted"`
+	Properties map[string]string `json:"properties,omitempty"`
+}
+
+// deletePartitions is PersistentTopics.deletePartitionedTopic: 404 for a name that is not
+// a partitioned topic; without force, 412 while a partition has a producer or a consumer;
+// else the partitions (force closes their clients) and the metadata go.
+func (b *Broker) deletePartitions(w http.ResponseWriter, r *http.Request) {
+	full := fullFromPath(r)
+	if b.partitionsOf(full) == 0 {
+		writeReason(w, http.StatusNotFound, "Partitioned topic does not exist")
+		return
+	}
+	force := r.URL.Query().Get("force") == "true"
+	topics := b.topicsNamed(full)
+	if !force {
+		for _, t := range topics {
+			if t.connected() {
+				writeReason(w, http.StatusPreconditionFailed, "Topic has active producers/subscriptions")
+				return
+			}
+		}
+	}
+	for _, t := range topics {
+		t.unload()
+	}
+	b.st.mu.Lock()
+	for _, t := range topics {
+		delete(b.st.topics, t.name.full)
+	}
+	delete(b.st.partitioned, full)
+	delete(b.st.partitionProps, full)
+	b.st.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// terminateTopic is PersistentTopics.terminate: the topic's last message id, as MessageIdImpl
+// writes it; 405 on a partitioned topic's base name, 404 for an unknown topic.
+func (b *Broker) terminateTopic(w http.ResponseWriter, r *http.Request) {
+	full := fullFromPath(r)
+	if b.partitionsOf(full) > 0 {
+		writeReason(w, http.StatusMethodNotAllowed, "Termination of a partitioned topic is not allowed")
+		return
+	}
+	t := b.getTopic(full, false)
+	if t == nil {
+		writeReason(w, http.StatusNotFound, "Topic not found")
+		return
+	}
+	id := t.terminate()
+	writeJSON(w, http.StatusOK, messageIDJSON{
+		LedgerID: int64(id.GetLedgerId()), EntryID: int64(id.GetEntryId()), PartitionIndex: -1, BatchIndex: -1,
+	})
 }
 
 // createTopic is PersistentTopics.createNonPartitionedTopic: the topic is

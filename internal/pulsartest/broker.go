@@ -156,10 +156,12 @@ type store struct {
 	mu          sync.Mutex
 	topics      map[string]*topic // by full name; partitions have their own entry
 	partitioned map[string]int    // base full name -> partitions
-	brokers     []*Broker         // the cluster, leader first; a lone broker is a cluster of one
-	owner       map[string]*Broker
-	assigned    map[string]int // broker index chosen by a test for a topic (partition)
-	policies    policies
+	// partitionProps are the properties a partitioned topic was created with.
+	partitionProps map[string]map[string]string
+	brokers        []*Broker // the cluster, leader first; a lone broker is a cluster of one
+	owner          map[string]*Broker
+	assigned       map[string]int // broker index chosen by a test for a topic (partition)
+	policies       policies
 
 	nextLedger   atomic.Uint64
 	nextConnID   atomic.Uint64
@@ -173,11 +175,12 @@ type store struct {
 
 func newStore() *store {
 	st := &store{
-		topics:      map[string]*topic{},
-		partitioned: map[string]int{},
-		owner:       map[string]*Broker{},
-		assigned:    map[string]int{},
-		policies:    newPolicies(),
+		topics:         map[string]*topic{},
+		partitioned:    map[string]int{},
+		partitionProps: map[string]map[string]string{},
+		owner:          map[string]*Broker{},
+		assigned:       map[string]int{},
+		policies:       newPolicies(),
 	}
 	st.nextLedger.Store(10) // ledger ids look like BookKeeper's: small, unique, increasing
 	return st

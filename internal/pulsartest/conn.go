@@ -39,6 +39,7 @@ type conn struct {
 	closedProducers map[uint64]struct{}
 
 	entryMetadata bool          // the client announced supports_broker_entry_metadata
+	clientVersion string        // CONNECT client_version, shown in stats
 	pongs         chan struct{} // a PONG arrived (for alive)
 	gone          chan struct{} // closed once close removed the consumers and producers
 }
@@ -238,6 +239,7 @@ func (c *conn) handshake(r *bufio.Reader) bool {
 		return false
 	}
 	c.entryMetadata = cmd.GetConnect().GetFeatureFlags().GetSupportsBrokerEntryMetadata()
+	c.clientVersion = cmd.GetConnect().GetClientVersion()
 	version := cmd.GetConnect().GetProtocolVersion()
 	if version > 21 {
 		version = 21

@@ -1,6 +1,7 @@
 package pulsartest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -241,6 +242,30 @@ func init() {
 			exclusive with fencing = success ready=true epoch=e+2
 			the fenced producer = told=false, its next SEND closes the connection
 			publishers = 1
+		`}},
+		{name: "AdminAsClientsSendIt", run: diffAdminAsClientsSendIt, want: map[string]string{"": `
+			PUT partitions 0 as metadata = status=406
+			PUT partitions as metadata = status=204
+			PUT partitions as metadata again = status=409
+			GET partitions = status=200 body={"partitions":2,"deleted":false,"properties":{"k":"v"}}
+			partitioned-stats perPartition = status=200 partitions=persistent://public/default/admin-parts--partition-0 persistent://public/default/admin-parts--partition-1
+			publisher metadata = absent
+			publisher clientVersion = absent
+			consumer metadata = absent
+			consumer clientVersion = absent
+			partitioned-stats?perPartition=true partition-0 publisher = metadata={"p":"1"} clientVersion="Pulsar-Go-version-unknown"
+			partitioned-stats?perPartition=true partition-0 consumer = metadata={"c":"2"} clientVersion="Pulsar-Go-version-unknown"
+			-partition-0/stats publisher = metadata={"p":"1"} clientVersion="Pulsar-Go-version-unknown"
+			-partition-0/stats consumer = metadata={"c":"2"} clientVersion="Pulsar-Go-version-unknown"
+			DELETE partitions with clients connected = status=412
+			DELETE partitions = status=204
+			GET partitions after DELETE = status=200 body={"partitions":0,"deleted":false}
+			DELETE partitions again = status=404
+			terminate = status=200 last=L0:1 body={"ledgerId":L,"entryId":1,"partitionIndex":-1,"batchIndex":-1,"batchSize":0}
+			send after terminate = true
+			new producer after terminate = true
+			terminate again = status=200
+			terminate a partitioned topic = status=405
 		`}},
 		{name: "MessageTTLPolicy", run: diffMessageTTLPolicy, want: map[string]string{"": `
 			GET unset = status=200 body=
@@ -1196,4 +1221,114 @@ func diffProducerAccessModes(tg *diffTarget, o *observation) {
 	}
 	tg.getJSON(tg.topic("access")+"/stats", &st)
 	o.set("publishers", "%d", len(st.Publishers))
+}
+
+// The admin calls as pulsaradmin sends them: PUT .../partitions with a PartitionedTopicMetadata
+// body, DELETE .../partitions, terminate; the stats' metadata and clientVersion fields, and
+// partitioned-stats per partition.
+func diffAdminAsClientsSendIt(tg *diffTarget, o *observation) {
+	parts := tg.topic("admin-parts")
+	put := func(label, body string) {
+		req, err := http.NewRequest(http.MethodPut, tg.adminURL+"/admin/v2/persistent/public/default/"+parts+"/partitions", strings.NewReader(body))
+		if err != nil {
+			tg.t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/vnd.partitioned-topic-metadata+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			tg.t.Fatal(err)
+		}
+		resp.Body.Close()
+		o.set(label, "status=%d", resp.StatusCode)
+	}
+	put("PUT partitions 0 as metadata", `{"partitions":0}`)
+	put("PUT partitions as metadata", `{"properties":{"k":"v"},"partitions":2}`)
+	put("PUT partitions as metadata again", `{"partitions":2}`)
+	status, body, _ := tg.call(http.MethodGet, parts+"/partitions", "")
+	o.set("GET partitions", "status=%d body=%s", status, strings.TrimSpace(string(body)))
+
+	p, err := tg.client.CreateProducer(pulsar.ProducerOptions{Topic: parts, Name: "prod", Properties: map[string]string{"p": "1"}, DisableBatching: true})
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	cons := tg.subscribe(pulsar.ConsumerOptions{Topic: parts, SubscriptionName: "sub", Name: "cons", Properties: map[string]string{"c": "2"}})
+	tg.sendN(p, "m", 2)
+	var st struct {
+		Publishers    []map[string]json.RawMessage `json:"publishers"`
+		Subscriptions map[string]struct {
+			Consumers []map[string]json.RawMessage `json:"consumers"`
+		} `json:"subscriptions"`
+		Partitions map[string]json.RawMessage `json:"partitions"`
+	}
+	status = tg.getJSON(parts+"/partitioned-stats?perPartition=true", &st)
+	o.set("partitioned-stats perPartition", "status=%d partitions=%s", status, strings.ReplaceAll(strings.Join(slices.Sorted(mapKeys(st.Partitions)), " "), tg.suffix, ""))
+	field := func(m map[string]json.RawMessage, k string) string {
+		if v, ok := m[k]; ok {
+			return string(v)
+		}
+		return "absent"
+	}
+	for _, pub := range st.Publishers {
+		o.set("publisher metadata", "%s", field(pub, "metadata"))
+		o.set("publisher clientVersion", "%s", field(pub, "clientVersion"))
+	}
+	for _, c := range st.Subscriptions["sub"].Consumers {
+		o.set("consumer metadata", "%s", field(c, "metadata"))
+		o.set("consumer clientVersion", "%s", field(c, "clientVersion"))
+	}
+	for _, path := range []string{"partitioned-stats?perPartition=true partition-0", "-partition-0/stats"} {
+		var one struct {
+			Publishers    []map[string]json.RawMessage `json:"publishers"`
+			Subscriptions map[string]struct {
+				Consumers []map[string]json.RawMessage `json:"consumers"`
+			} `json:"subscriptions"`
+		}
+		raw, ok := st.Partitions[fullName(parts)+"-partition-0"]
+		if path == "-partition-0/stats" {
+			_, raw, _ = tg.call(http.MethodGet, parts+path, "")
+			ok = true
+		}
+		if !ok {
+			continue
+		}
+		_ = json.Unmarshal(raw, &one)
+		for _, pub := range one.Publishers {
+			o.set(path+" publisher", "metadata=%s clientVersion=%s", field(pub, "metadata"), field(pub, "clientVersion"))
+		}
+		for _, c := range one.Subscriptions["sub"].Consumers {
+			o.set(path+" consumer", "metadata=%s clientVersion=%s", field(c, "metadata"), field(c, "clientVersion"))
+		}
+	}
+	status, _, _ = tg.call(http.MethodDelete, parts+"/partitions", "")
+	o.set("DELETE partitions with clients connected", "status=%d", status)
+	p.Close()
+	cons.Close()
+	status, _, _ = tg.call(http.MethodDelete, parts+"/partitions?force=false", "")
+	o.set("DELETE partitions", "status=%d", status)
+	status, body, _ = tg.call(http.MethodGet, parts+"/partitions", "")
+	o.set("GET partitions after DELETE", "status=%d body=%s", status, strings.ReplaceAll(strings.TrimSpace(string(body)), tg.suffix, ""))
+	status, _, _ = tg.call(http.MethodDelete, parts+"/partitions", "")
+	o.set("DELETE partitions again", "status=%d", status)
+
+	single := tg.topic("admin-terminate")
+	sp := tg.producer(single, 0)
+	tg.sendN(sp, "t", 2)
+	status, body, _ = tg.call(http.MethodPost, single+"/terminate", "")
+	var id struct {
+		LedgerID int64 `json:"ledgerId"`
+		EntryID  int64 `json:"entryId"`
+	}
+	_ = json.Unmarshal(body, &id)
+	o.set("terminate", "status=%d last=%s body=%s", status, tg.pos(id.LedgerID, id.EntryID),
+		strings.NewReplacer(strconv.FormatInt(id.LedgerID, 10), "L").Replace(strings.TrimSpace(string(body))))
+
+	_, err = sp.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")})
+	o.set("send after terminate", "%v", err != nil)
+	_, err = tg.client.CreateProducer(pulsar.ProducerOptions{Topic: single})
+	o.set("new producer after terminate", "%v", err != nil && strings.Contains(err.Error(), "TopicTerminated"))
+	status, _, _ = tg.call(http.MethodPost, single+"/terminate", "")
+	o.set("terminate again", "status=%d", status)
+	tg.createPartitioned(tg.topic("admin-terminate-parts"), 2)
+	status, _, _ = tg.call(http.MethodPost, tg.topic("admin-terminate-parts")+"/terminate", "")
+	o.set("terminate a partitioned topic", "status=%d", status)
 }

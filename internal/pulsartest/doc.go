@@ -203,8 +203,22 @@
 //     (Commands.getEntryTimestamp, the broker's) of the first unacknowledged
 //     entry, the time TTL compares, or -1 for an empty backlog.
 //
-// Partitioned topics are created with PUT .../partitions and grown with POST
-// .../partitions (406 unless positive, 409 unless it grows). With
+// Partitioned topics are created with PUT .../partitions, whose body is the
+// count or, with media type application/vnd.partitioned-topic-metadata+json
+// (pulsaradmin), PartitionedTopicMetadata {"partitions", "properties"}
+// (ExtPersistentTopics.createPartitionedTopic; 406 unless positive, 409 when
+// taken; GET .../partitions then shows the properties); grown with POST
+// .../partitions (406 unless positive, 409 unless it grows); deleted with
+// DELETE .../partitions (404 unless partitioned, 412 while a partition has a
+// producer or consumer unless force=true, which closes them). partitioned-stats
+// has its "partitions" map unless perPartition=false; its aggregate publishers
+// and consumers have no metadata nor clientVersion, which a topic's or
+// partition's own stats show (CONNECT client_version; PRODUCER and SUBSCRIBE
+// metadata, {} when none). POST .../terminate (PersistentTopics.terminate)
+// answers the last message id as MessageIdImpl ({ledgerId, entryId,
+// partitionIndex: -1, batchIndex: -1, batchSize: 0}; 405 on a partitioned base
+// name, 404 for an unknown topic) and disconnects the producers, which are then
+// refused with TopicTerminatedError. With
 // Options.AdminToken the admin API authenticates bearer tokens (401 first,
 // even before a redirect) and keeps policies and partition changes for
 // tenant admins (403 to the application's role), as PulsarAuthorizationProvider
@@ -232,6 +246,9 @@
 //     publish time there.
 //   - internal stats on 4.0 have no "properties"; they are written as 4.2
 //     writes them.
+//   - GET .../partitions of a topic that does not exist: 404 "Topic ... not
+//     found" there, {partitions: 0} here (the agent's partition lookup of a
+//     topic not created yet would fail otherwise).
 //
 // Not compared: the periodic message-TTL check (the real broker runs it once
 // a minute at best, messageExpiryCheckIntervalInMinutes=1, too slow for a
@@ -244,7 +261,9 @@
 // routing, batch-index acks (a partially acked batch stays unacked until the
 // client acks the whole entry), delayed delivery, non-persistent topics,
 // binary-protocol authentication, topic watchers, the HTTP lookup service, namespace bundles
-// and load balancing, retention size/time limits and ledger trimming. A
+// and load balancing, retention size/time limits and ledger trimming, and
+// REACHED_END_OF_TOPIC (consumers of a terminated topic are not told they read
+// its end). A
 // request for what is not modelled is answered at once, never left to the
 // client's operation timeout: GET_SCHEMA as Pulsar answers for a topic without
 // a schema (TopicNotFound, "Topic not found or no-schema"), any other with an

@@ -61,6 +61,7 @@ type consumer struct {
 	hashes         map[int]int // sticky key hash -> unacked entries (Key_Shared draining)
 	dispatched     int64
 	removed        bool
+	metadata       map[string]string // SUBSCRIBE metadata (ConsumerOptions.Properties)
 }
 
 func newSubscription(t *topic, name string, kind subType, durable bool, start int) *subscription {
@@ -514,7 +515,7 @@ func (t *topic) subscribe(c *conn, req *pb.CommandSubscribe) (*consumer, pb.Serv
 	}
 	cons := &consumer{
 		sub: s, conn: c, id: req.GetConsumerId(), name: req.GetConsumerName(), priority: req.GetPriorityLevel(),
-		unacked: map[int]int32{}, hashes: map[int]int{},
+		unacked: map[int]int32{}, hashes: map[int]int{}, metadata: keyValues(req.GetMetadata()),
 	}
 	c.mu.Lock()
 	c.consumers[cons.id] = cons

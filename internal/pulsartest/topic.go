@@ -58,6 +58,7 @@ type topic struct {
 	exclusive         *producer        // hasExclusiveProducer / exclusiveProducerName
 	waiting           []*producer      // WaitForExclusive producers, in arrival order
 	epoch             int64            // topic epoch of exclusive producers; -1 until the first
+	terminated        bool             // no more producers (PersistentTopic.terminate)
 	lastSeq           map[string]int64 // per producer name, for deduplication across reconnects
 	msgIn             int64
 	lane              lane // deferred dispatcher updates (FLOW)
@@ -293,6 +294,9 @@ func (t *topic) addProducer(p *producer, initialSub string) (last int64, queued 
 	if initialSub != "" && t.subs[initialSub] == nil {
 		t.subs[initialSub] = newSubscription(t, initialSub, pb.CommandSubscribe_Exclusive, true, 0)
 	}
+	if t.terminated {
+		return 0, false, pb.ServerError_TopicTerminatedError, topicTerminated + "Topic was already terminated"
+	}
 	for other := range t.producers {
 		if other.name == p.name {
 			return 0, false, pb.ServerError_ProducerBusy, fmt.Sprintf("Producer with name '%s' is already connected to topic", p.name)
@@ -365,9 +369,25 @@ func (t *topic) admit(p *producer) (queued bool, code pb.ServerError, msg string
 // The prefixes of ServerCnx's error messages for producers the topic refuses: the message of
 // the CompletionException, which names the BrokerServiceException it wraps.
 const (
-	producerFenced = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerFencedException: "
-	producerBusy   = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerBusyException: "
+	producerFenced  = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerFencedException: "
+	producerBusy    = "org.apache.pulsar.broker.service.BrokerServiceException$ProducerBusyException: "
+	topicTerminated = "org.apache.pulsar.broker.service.BrokerServiceException$TopicTerminatedException: "
 )
+
+// connected tells whether the topic has a producer or a consumer.
+func (t *topic) connected() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.producers) > 0 || len(t.waiting) > 0 {
+		return true
+	}
+	for _, s := range t.subs {
+		if len(s.consumers) > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 func (t *topic) isWaiting(p *producer) bool {
 	t.mu.Lock()
@@ -451,15 +471,30 @@ func (t *topic) closeProducerLocked(p *producer) {
 	})
 }
 
-// unload closes every producer and consumer of the topic from the broker side.
-func (t *topic) unload() {
+// terminate is PersistentTopic.terminate: no producer is admitted any more and those
+// connected are disconnected (CLOSE_PRODUCER; reconnecting, they are refused with
+// TopicTerminatedError). It returns the last entry's id; again on a terminated topic.
+func (t *topic) terminate() *pb.MessageIdData {
 	t.mu.Lock()
+	t.terminated = true
+	t.disconnectProducersLocked()
+	t.mu.Unlock()
+	return t.lastMessageID()
+}
+
+func (t *topic) disconnectProducersLocked() {
 	for _, p := range slices.Clone(t.waiting) { // before the exclusive one, so none is readied
 		t.closeProducerLocked(p)
 	}
 	for p := range t.producers {
 		t.closeProducerLocked(p)
 	}
+}
+
+// unload closes every producer and consumer of the topic from the broker side.
+func (t *topic) unload() {
+	t.mu.Lock()
+	t.disconnectProducersLocked()
 	names := make([]string, 0, len(t.subs))
 	for name := range t.subs {
 		names = append(names, name)
