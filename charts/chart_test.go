@@ -49,6 +49,7 @@ var nonDefault = []string{
 	"webhook.sidecarImage=team/subflow-sidecar:v1.2.3",
 	"controller.resync=2m",
 	"controller.maxConcurrentStatusWrites=2",
+	"controller.refreshPushesPerSecond=50",
 	"controller.logLevel=debug",
 }
 
@@ -235,6 +236,11 @@ func TestRenderDefault(t *testing.T) {
 			t.Errorf("args %v lack %s", args, arg)
 		}
 	}
+	for _, arg := range args {
+		if strings.HasPrefix(arg, "--refresh-pushes-per-second") {
+			t.Errorf("the default values pass %s: they leave the controller's default", arg)
+		}
+	}
 	if n, _, _ := unstructured.NestedFieldNoCopy(deployment.Object, "spec", "replicas"); fmt.Sprint(n) != "2" {
 		t.Errorf("replicas %v, want 2", n)
 	}
@@ -307,7 +313,8 @@ func TestRenderNonDefault(t *testing.T) {
 	if image != "team/subflow-controller:v1.2.3" {
 		t.Errorf("image %q", image)
 	}
-	for _, arg := range []string{"--webhook-certs=files", "--sidecar-image=team/subflow-sidecar:v1.2.3", "--resync=2m", "--max-concurrent-status-writes=2", "--zap-log-level=debug"} {
+	for _, arg := range []string{"--webhook-certs=files", "--sidecar-image=team/subflow-sidecar:v1.2.3", "--resync=2m", "--max-concurrent-status-writes=2", "--zap-log-level=debug",
+		"--refresh-pushes-per-second=50"} {
 		if !slices.Contains(args, arg) {
 			t.Errorf("args %v lack %s", args, arg)
 		}
