@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -271,6 +272,26 @@ func TestArbitrarySecretIsNeverSentToPods(t *testing.T) {
 				t.Fatalf("the pod received a push authenticated with the Secret's value")
 			}
 		})
+	}
+}
+
+// TestMissingCustomTokenSecretSaysToCreateIt: the controller creates only the default token
+// Secret; a tokenSecretRef naming one that does not exist (the controller granted get on it)
+// stalls the flow saying what to create, instead of retrying a create that is refused.
+func TestMissingCustomTokenSecretSaysToCreateIt(t *testing.T) {
+	ns := namespace(t, true)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read-team-token"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"team-token"}}}}
+	create(t, role)
+	create(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "read-team-token"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: controllerUser}}})
+	flow := newFlow(ns, "custom-token", "custom-token-"+ns, subflowv1.StatePaused)
+	flow.Spec.Agent.TokenSecretRef = &subflowv1.SecretKeyRef{Name: "team-token", Key: "token"}
+	create(t, flow)
+	got := waitFlow(t, flow, "Stalled", func(f *subflowv1.SubscriptionFlow) bool { return isTrue(f, subflowv1.ConditionStalled) })
+	if c := condition(got, subflowv1.ConditionStalled); c.Reason != subflowv1.ReasonInvalidSpec || !strings.Contains(c.Message, "Secret "+ns+"/team-token does not exist: the controller creates only subflow-agent-token") {
+		t.Fatalf("Stalled %s: %q, want InvalidSpec saying to create the Secret", c.Reason, c.Message)
 	}
 }
 

@@ -162,6 +162,11 @@ func (r *SubscriptionFlowReconciler) readToken(ctx context.Context, flow *subflo
 	var secret corev1.Secret
 	err := r.Get(ctx, types.NamespacedName{Namespace: flow.Namespace, Name: name}, &secret)
 	switch {
+	case apierrors.IsNotFound(err) && name != DefaultTokenSecret:
+		// The controller may create only the default Secret (RBAC and the chart's admission
+		// policy): say what to do rather than retry a create that is refused.
+		return "", &tokenProblem{fmt.Sprintf("Secret %s/%s does not exist: the controller creates only %s; create it with a "+
+			"random token under key %q and label it %s=true", flow.Namespace, name, DefaultTokenSecret, key, TokenSecretLabel)}
 	case apierrors.IsNotFound(err):
 		return r.createToken(ctx, flow.Namespace, name, key)
 	case apierrors.IsForbidden(err):
