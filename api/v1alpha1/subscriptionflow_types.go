@@ -213,9 +213,9 @@ type AgentSpec struct {
 	// +optional
 	Port *intstr.IntOrString `json:"port,omitempty"`
 
-	// tokenSecretRef names the Secret key holding the agents' bearer token. The controller
-	// creates the Secret with a random token when it is missing. Defaults to
-	// subflow-agent-token/token.
+	// tokenSecretRef names the Secret key holding the agents' bearer token. Defaults to
+	// subflow-agent-token/token, which the controller creates with a random token when it is
+	// missing; a Secret of another name must exist, labelled subflow.dev/agent-token=true.
 	// +optional
 	TokenSecretRef *SecretKeyRef `json:"tokenSecretRef,omitempty"`
 }
