@@ -34,7 +34,15 @@ func (rs *Readings) Get(ctx context.Context, key string, maxAge time.Duration, r
 		if r, ok := rs.fresh(key, maxAge); ok { // another flight just ended
 			return r, nil
 		}
-		r := read(context.WithoutCancel(ctx)) // shared: one asker going away does not fail the others
+		// Shared: one asker going away does not fail the others, but the read keeps its
+		// deadline (a hanging source must not hold every asker).
+		shared := context.WithoutCancel(ctx)
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			shared, cancel = context.WithDeadline(shared, deadline)
+			defer cancel()
+		}
+		r := read(shared)
 		rs.keep(key, r)
 		return r, nil
 	})

@@ -59,3 +59,25 @@ func TestReadingsForgetWhatNobodyAsks(t *testing.T) {
 		t.Fatalf("readings kept %v, want only the one still asked", rs.latest)
 	}
 }
+
+// A source that hangs is given up at the asker's deadline: the shared read keeps it.
+func TestReadingsKeepTheAskersDeadline(t *testing.T) {
+	rs := &Readings{}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan Reading, 1)
+	go func() {
+		done <- rs.Get(ctx, "hangs", time.Second, func(ctx context.Context) Reading {
+			<-ctx.Done()
+			return Reading{Verdict: Unknown, Err: ctx.Err(), At: time.Now()}
+		})
+	}()
+	select {
+	case r := <-done:
+		if r.Err == nil {
+			t.Fatalf("a hanging read returned %v without an error", r.Verdict)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a hanging read outlived the asker's deadline by 10 s")
+	}
+}
