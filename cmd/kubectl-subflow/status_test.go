@@ -161,7 +161,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 				Name: "cache", ConditionType: "Ready", Status: "False"}},
 		}
 	})
-	since := metav1.NewTime(time.Now().Add(-3 * time.Minute))
+	since := metav1.NewTime(time.Now().Add(-30 * time.Minute)) // "30m": from 10 minutes on, a second late prints the same
 	setStatus(t, ns, "guarded", func(f *subflowv1.SubscriptionFlow) {
 		f.Status = subflowv1.SubscriptionFlowStatus{ObservedGeneration: f.Generation,
 			EffectiveState: subflowv1.StatePaused, StateSource: subflowv1.SourceCondition,
@@ -178,7 +178,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 	for _, want := range []string{
 		"Effective state: Paused (source: Condition)\n",
 		"Pause when:      \n",
-		"                 orders-db-down (Deployment orders-db Available=False): HOLDS since 3m ago, seen Available=False, read every 10s\n",
+		"                 orders-db-down (Deployment orders-db Available=False): HOLDS since 30m ago, seen Available=False, read every 10s\n",
 		`                 lag (max(lag_seconds) > 30): does not hold, last reading failed: query "max(lag_seconds)" returned 0 series, want 1, read every 10s` + "\n",
 		"                 new (StatefulSet cache Ready=False): not evaluated yet\n",
 	} {
