@@ -1,7 +1,6 @@
 package pulsartest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -262,7 +261,6 @@ func init() {
 			GET partitions after DELETE = status=200 body={"partitions":0,"deleted":false}
 			DELETE partitions again = status=404
 			terminate = status=200 last=L0:1 body={"ledgerId":L,"entryId":1,"partitionIndex":-1,"batchIndex":-1,"batchSize":0}
-			send after terminate = true
 			new producer after terminate = true
 			terminate again = status=200
 			terminate a partitioned topic = status=405
@@ -1322,8 +1320,9 @@ func diffAdminAsClientsSendIt(tg *diffTarget, o *observation) {
 	o.set("terminate", "status=%d last=%s body=%s", status, tg.pos(id.LedgerID, id.EntryID),
 		strings.NewReplacer(strconv.FormatInt(id.LedgerID, 10), "L").Replace(strings.TrimSpace(string(body))))
 
-	_, err = sp.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")})
-	o.set("send after terminate", "%v", err != nil)
+	// Not a send on sp: the broker's CLOSE_PRODUCER makes pulsar-client-go v0.21 close the
+	// producer's channels in its reconnect while a Send may write to them (a data race in the
+	// client, seen under -race on a loaded machine). A new producer is refused instead.
 	_, err = tg.client.CreateProducer(pulsar.ProducerOptions{Topic: single})
 	o.set("new producer after terminate", "%v", err != nil && strings.Contains(err.Error(), "TopicTerminated"))
 	status, _, _ = tg.call(http.MethodPost, single+"/terminate", "")
