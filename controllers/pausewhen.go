@@ -116,10 +116,8 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 			}
 			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil, t, reading)
 		}
+		// A run under way completes at a reading, so the next reading is the next change.
 		next := t.evaluated.Add(interval)
-		if p := t.Pending(); !p.IsZero() && p.Before(next) {
-			next = p
-		}
 		if out.next.IsZero() || next.Before(out.next) {
 			out.next = next
 		}

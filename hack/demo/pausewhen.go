@@ -117,5 +117,5 @@ func (d *demo) setAvailable(ctx context.Context, status corev1.ConditionStatus) 
 func (d *demo) tick(ctx context.Context, by time.Duration) error {
 	d.w.clock.Set(d.w.clock.Now().Add(by))
 	fmt.Printf("   demo clock +%s\n", by)
-	return d.patch(ctx, fmt.Sprintf(`{"metadata":{"annotations":{"demo.subflow.dev/clock":"%d"}}}`, time.Now().UnixNano()))
+	return d.reconcileNow(ctx)
 }

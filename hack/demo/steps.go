@@ -131,7 +131,7 @@ func (d *demo) window(ctx context.Context) error {
 func (d *demo) resume(ctx context.Context) error {
 	d.w.clock.Set(nextSaturday(4, 5))
 	fmt.Printf("   demo clock -> %s: the window is over\n", d.w.clock.Now().UTC().Format(time.RFC1123))
-	if err := d.patch(ctx, fmt.Sprintf(`{"metadata":{"annotations":{"demo.subflow.dev/clock":"%d"}}}`, time.Now().UnixNano())); err != nil {
+	if err := d.reconcileNow(ctx); err != nil {
 		return err
 	}
 	if err := d.waitFor(ctx, "Running again", func(f *subflowv1.SubscriptionFlow) bool {
@@ -172,6 +172,12 @@ func nextSaturday(hour, minute int) time.Time {
 
 func ready(f *subflowv1.SubscriptionFlow) bool {
 	return f.Status.ObservedGeneration == f.Generation && meta.IsStatusConditionTrue(f.Status.Conditions, subflowv1.ConditionReady)
+}
+
+// reconcileNow has the controller reconcile the flow now, after the demo moved its clock,
+// instead of at its real-time requeue.
+func (d *demo) reconcileNow(ctx context.Context) error {
+	return d.patch(ctx, fmt.Sprintf(`{"metadata":{"annotations":{"demo.subflow.dev/clock":"%d"}}}`, time.Now().UnixNano()))
 }
 
 func (d *demo) patch(ctx context.Context, patch string) error {
