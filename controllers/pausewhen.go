@@ -28,6 +28,8 @@ const (
 	// maxConditionRead bounds one reading of a source: a hanging Prometheus or API server must
 	// not hold a reconcile worker.
 	maxConditionRead = 5 * time.Second
+	// DefaultProbeTimeout bounds an http condition's probe when it says nothing.
+	DefaultProbeTimeout = time.Second
 )
 
 var (
@@ -55,9 +57,11 @@ func init() {
 
 // A kubernetes condition names an object the controller reads with get, one at a time: by
 // default it may read Deployments and StatefulSets, the dependencies users name most; the
-// chart's pauseWhen.readableKinds grants more (a database operator's clusters), and a condition
-// on a kind it may not read says so in its error.
+// chart's pauseWhen.readableResources grants more (a database operator's clusters), and a
+// condition on a kind it may not read says so in its error. An http condition gets the Service
+// it probes, for its cluster IP and port.
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get
+// +kubebuilder:rbac:groups="",resources=services,verbs=get
 
 // Conditions evaluates the flows' spec.pauseWhen: it reads their sources (sharing a reading
 // between flows asking the same within an interval) and keeps one tracker per flow and
@@ -69,7 +73,10 @@ type Conditions struct {
 	// Prometheus runs prometheus conditions' queries; nil when the controller has none
 	// configured (--prometheus-url): such conditions read as errors.
 	Prometheus *pausewhen.Prometheus
+	// Prober sends http conditions' probes (one that dials directly when nil).
+	Prober *pausewhen.Prober
 
+	proberOnce sync.Once
 	readings pausewhen.Readings
 	mu       sync.Mutex
 	trackers map[conditionKey]*conditionTracker
@@ -114,7 +121,7 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 			if t.Observe(reading) {
 				out.changed = append(out.changed, t.Describe(cond.Name))
 			}
-			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil, t, reading)
+			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil || cond.HTTP != nil, t, reading)
 		}
 		// A run under way completes at a reading, so the next reading is the next change.
 		next := t.evaluated.Add(interval)
@@ -194,7 +201,7 @@ func (cs *Conditions) read(ctx context.Context, namespace string, cond subflowv1
 			Name: cond.Kubernetes.Name, ConditionType: cond.Kubernetes.ConditionType, Status: cond.Kubernetes.Status}
 		r := cs.readings.Get(ctx, src.Key(), interval, func(ctx context.Context) pausewhen.Reading { return src.Read(ctx, cs.Reader, now) })
 		if apierrors.IsForbidden(r.Err) {
-			r.Err = fmt.Errorf("the controller may not read %s %s: grant its ServiceAccount get on them (chart value pauseWhen.readableKinds): %w",
+			r.Err = fmt.Errorf("the controller may not read %s %s: grant its ServiceAccount get on them (chart value pauseWhen.readableResources): %w",
 				cond.Kubernetes.Kind, cond.Kubernetes.APIVersion, r.Err)
 		}
 		return r
@@ -204,8 +211,40 @@ func (cs *Conditions) read(ctx context.Context, namespace string, cond subflowv1
 		// own thresholds.
 		shared := cs.readings.Get(ctx, q.Key(), interval, func(ctx context.Context) pausewhen.Reading { return q.Read(ctx, cs.Prometheus, now) })
 		return q.Thresholds.Rejudge(shared)
+	case cond.HTTP != nil:
+		probe := probeOf(namespace, cond.HTTP, interval)
+		// The answer is shared between the flows that probe the same; each judges its status by
+		// its own range.
+		shared := cs.readings.Get(ctx, probe.Key(), interval, func(ctx context.Context) pausewhen.Reading {
+			return probe.Read(ctx, cs.Reader, cs.prober(), now)
+		})
+		return probe.Healthy.Judge(shared)
 	}
 	return pausewhen.Reading{Verdict: pausewhen.Unknown, Err: errors.New("no source"), At: now}
+}
+
+func (cs *Conditions) prober() *pausewhen.Prober {
+	cs.proberOnce.Do(func() {
+		if cs.Prober == nil {
+			cs.Prober = pausewhen.NewProber(nil)
+		}
+	})
+	return cs.Prober
+}
+
+// probeOf is the probe an http condition asks for, with the defaults applied; its timeout is
+// never more than the interval.
+func probeOf(namespace string, h *subflowv1.HTTPSource, interval time.Duration) pausewhen.Probe {
+	p := pausewhen.Probe{Namespace: namespace, Service: h.Service.Name, Port: h.Service.Port, Path: h.Service.Path,
+		HTTPS: h.Scheme == "HTTPS", Timeout: min(durationOr(h.Timeout, DefaultProbeTimeout), interval, maxConditionRead),
+		Healthy: pausewhen.DefaultHealthy}
+	if p.Path == "" {
+		p.Path = "/"
+	}
+	if h.HealthyStatus != nil {
+		p.Healthy = pausewhen.StatusRange{Min: int(h.HealthyStatus.Min), Max: int(h.HealthyStatus.Max)}
+	}
+	return p
 }
 
 func thresholdsOf(p *subflowv1.PrometheusSource) pausewhen.Thresholds {

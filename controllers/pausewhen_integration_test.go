@@ -3,13 +3,19 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -43,6 +49,57 @@ func whileDown(name string) subflowv1.PauseCondition {
 	return subflowv1.PauseCondition{Name: name + "-down", ResumeAfter: &metav1.Duration{Duration: 10 * time.Second},
 		Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "Deployment", Name: name,
 			ConditionType: "Available", Status: "False"}}
+}
+
+// clusterIPs routes connections to a Service's cluster IP and port to where a test's server
+// listens, as kube-proxy does on a node (the test API server has none).
+var clusterIPs serviceRoutes
+
+type serviceRoutes struct{ routes sync.Map } // "ip:port" -> listening address
+
+func (s *serviceRoutes) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	target, ok := s.routes.Load(address)
+	if !ok {
+		return nil, fmt.Errorf("dial %s: no route to the cluster IP", address)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, target.(string))
+}
+
+// healthEndpoint serves a dependency's health at a Service's cluster IP, answering status.
+type healthEndpoint struct {
+	status  atomic.Int32
+	address string // the Service's cluster IP and port
+	server  *httptest.Server
+}
+
+// serviceWithHealth creates a Service named name with port http (80) routed to a real HTTP
+// server answering the endpoint's status at /ready.
+func serviceWithHealth(t *testing.T, ns, name string) *healthEndpoint {
+	t.Helper()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	create(t, svc)
+	if svc.Spec.ClusterIP == "" {
+		t.Fatal("the API server gave the Service no cluster IP")
+	}
+	h := &healthEndpoint{address: net.JoinHostPort(svc.Spec.ClusterIP, "80")}
+	h.status.Store(http.StatusOK)
+	h.serve(t)
+	return h
+}
+
+// serve starts a server for the endpoint (again, after one was closed) and routes to it.
+func (h *healthEndpoint) serve(t *testing.T) {
+	h.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ready" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(int(h.status.Load()))
+	}))
+	t.Cleanup(h.server.Close)
+	clusterIPs.routes.Store(h.address, h.server.Listener.Addr().String())
 }
 
 // later moves the reconciler's clock past a condition's interval and makes it reconcile.
@@ -119,6 +176,65 @@ func TestFlowPausesItselfWhileItsDependencyIsDown(t *testing.T) {
 	})
 	waitEvent(t, ns, "guarded", "AutoResumed", 1)
 	eventually(t, "the messages produced during the outage delivered", func() bool { return totalReceived(p) == 3 },
+		func() string { return fmt.Sprintf("%d received", totalReceived(p)) })
+}
+
+// A probe of a real HTTP server behind a Service: a 503 pauses the flow, a server that is gone
+// (no answer) keeps it paused as unhealthy, not as missing data; a healthy answer resumes it
+// after resumeAfter, and everything produced meanwhile is delivered.
+func TestFlowPausesItselfWhileAServiceFailsItsProbe(t *testing.T) {
+	defer clock.SetTime(time.Now())
+	ns := namespace(t, true)
+	topic := "probed-" + ns
+	p := startPod(t, ns, "worker-0", topic, testToken)
+	payments := serviceWithHealth(t, ns, "payments")
+	flow := newFlow(ns, "probed", topic, subflowv1.StateRunning)
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{{Name: "payments-unready", ResumeAfter: &metav1.Duration{Duration: 10 * time.Second},
+		HTTP: &subflowv1.HTTPSource{Service: subflowv1.HTTPServiceReference{Name: "payments", Port: intstr.FromString("http"), Path: "/ready"}}}}
+	create(t, flow)
+	waitFlow(t, flow, "the probe read healthy", func(f *subflowv1.SubscriptionFlow) bool {
+		st := conditionStatusOf(f)
+		return !st.Holds && st.Seen == "HTTP 200" && f.Status.EffectiveState == subflowv1.StateRunning
+	})
+
+	payments.status.Store(http.StatusServiceUnavailable)
+	later(t, flow, 11*time.Second)
+	got := waitFlow(t, flow, "paused by the probe", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StatePaused && f.Status.StateSource == subflowv1.SourceCondition && isTrue(f, subflowv1.ConditionPaused)
+	})
+	if msg := condition(got, subflowv1.ConditionAutoPaused).Message; !strings.Contains(msg, "condition payments-unready holds: HTTP 503") {
+		t.Errorf("AutoPaused says %q, want it to name the condition and the answer", msg)
+	}
+	eventually(t, "the pod's consumer paused", func() bool { return p.Consumer.State() == protocol.Paused })
+	produce(t, topic, "during", 3)
+
+	payments.server.Close() // the dependency's pods are gone: nobody answers
+	later(t, flow, 11*time.Second)
+	// Status keeps the reading that decided; the latest is in the metrics: read now, no status
+	// code, no error counted.
+	eventually(t, "the probe read with no answer", func() bool {
+		return flowSeries(t, "subflow_pause_condition_last_evaluation_timestamp_seconds", ns, "probed")[""] == float64(clock.Now().Unix()) &&
+			flowSeries(t, "subflow_pause_condition_value", ns, "probed")[""] == 0
+	})
+	if st := conditionStatusOf(getFlow(t, flow)); !st.Holds || st.Error != "" || len(flowSeries(t, "subflow_pause_condition_errors_total", ns, "probed")) != 0 {
+		t.Fatalf("no answer read as %+v, want it holding as unhealthy (not an error onError decides)", st)
+	}
+	if n := totalReceived(p); n != 0 {
+		t.Fatalf("the application received %d messages while its dependency failed its probe", n)
+	}
+
+	payments.status.Store(http.StatusOK)
+	payments.serve(t)
+	later(t, flow, 11*time.Second)
+	waitFlow(t, flow, "the first healthy reading", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionAutoPaused)
+		return c != nil && strings.Contains(c.Message, "resumes at")
+	})
+	later(t, flow, 11*time.Second)
+	waitFlow(t, flow, "resumed after resumeAfter of health", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StateRunning && !conditionStatusOf(f).Holds
+	})
+	eventually(t, "the messages produced meanwhile delivered", func() bool { return totalReceived(p) == 3 },
 		func() string { return fmt.Sprintf("%d received", totalReceived(p)) })
 }
 

@@ -25,6 +25,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
+	"github.com/subflow-dev/subflow/controllers/pausewhen"
 	"github.com/subflow-dev/subflow/internal/podsim"
 	"github.com/subflow-dev/subflow/internal/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testenv"
@@ -102,7 +103,7 @@ func newController(scheme *runtime.Scheme, cacheOpts cache.Options) (ctrl.Manage
 	// retry, not from the fallback.
 	err = (&controllers.SubscriptionFlowReconciler{Client: mgr.GetClient(), Scheme: scheme, Clock: clock,
 		Agents: controllers.NewHTTPAgentClient(2*time.Second, agentTLS.client), Recorder: mgr.GetEventRecorder("subflow-controller"),
-		Resync: time.Hour}).SetupWithManager(mgr)
+		Resync: time.Hour, Conditions: &controllers.Conditions{Prober: pausewhen.NewProber(clusterIPs.dial)}}).SetupWithManager(mgr)
 	return mgr, err
 }
 

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // MaxPauseConditions bounds spec.pauseWhen.
@@ -39,8 +40,8 @@ const (
 
 // PauseCondition is one reason for a flow to pause itself: while it holds, a Running flow is
 // Paused (a Stopped one stays Stopped, and the override annotation still wins). Set exactly one
-// source: kubernetes or prometheus.
-// +kubebuilder:validation:XValidation:rule="[has(self.kubernetes), has(self.prometheus)].filter(x, x).size() == 1",message="set exactly one source: kubernetes or prometheus"
+// source: kubernetes, prometheus or http.
+// +kubebuilder:validation:XValidation:rule="[has(self.kubernetes), has(self.prometheus), has(self.http)].filter(x, x).size() == 1",message="set exactly one source: kubernetes, prometheus or http"
 type PauseCondition struct {
 	// name identifies the condition in status, events and metrics.
 	// +required
@@ -58,6 +59,11 @@ type PauseCondition struct {
 	// configured with, is above or below a threshold.
 	// +optional
 	Prometheus *PrometheusSource `json:"prometheus,omitempty"`
+
+	// http holds while a Service in the flow's namespace answers an HTTP GET with a status
+	// outside the healthy range, or does not answer in time (as a kubelet's probe judges).
+	// +optional
+	HTTP *HTTPSource `json:"http,omitempty"`
 
 	// interval is how often the source is read; at least 1s. Defaults to 10s.
 	// +optional
@@ -153,6 +159,75 @@ type PrometheusSource struct {
 	// resumeAbove: healthy again once the value is at or above it (default: below).
 	// +optional
 	ResumeAbove *resource.Quantity `json:"resumeAbove,omitempty"`
+}
+
+// HTTPSource is a probe of a Service in the flow's namespace: an HTTP GET of path on one of its
+// ports, at its cluster IP. Only the status code is read; redirects are not followed. A Service
+// that is not there, has no cluster IP (headless) or is an ExternalName is an error (onError
+// decides): the controller calls only Services' cluster IPs, never a host a flow names.
+// +kubebuilder:validation:XValidation:rule="!has(self.healthyStatus) || self.healthyStatus.min <= self.healthyStatus.max",message="healthyStatus.min must not exceed healthyStatus.max"
+type HTTPSource struct {
+	// service is the Service probed.
+	// +required
+	Service HTTPServiceReference `json:"service"`
+
+	// scheme is HTTP or HTTPS; HTTPS is not verified, as a kubelet's probes do not verify it.
+	// Defaults to HTTP.
+	// +optional
+	// +kubebuilder:validation:Enum=HTTP;HTTPS
+	// +kubebuilder:default=HTTP
+	Scheme string `json:"scheme,omitempty"`
+
+	// healthyStatus is the range of status codes that mean healthy. Defaults to 200-399, as a
+	// kubelet's probes judge.
+	// +optional
+	HealthyStatus *StatusRange `json:"healthyStatus,omitempty"`
+
+	// timeout bounds the probe: no answer in time is unhealthy. Defaults to 1s; at most 5s,
+	// and never more than the interval.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('5s')",message="timeout must be from 10ms to 5s"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// HTTPServiceReference names a Service in the flow's namespace, one of its ports and a path.
+type HTTPServiceReference struct {
+	// name of the Service.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// port of the Service: its number, or its name.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() >= 1 && self.size() <= 63)",message="port must be a number from 1 to 65535 or a port name"
+	Port intstr.IntOrString `json:"port"`
+
+	// path of the GET, with its query if any. Defaults to /.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
+	// +kubebuilder:default=/
+	Path string `json:"path,omitempty"`
+}
+
+// StatusRange is a range of HTTP status codes, both ends included.
+type StatusRange struct {
+	// min is the lowest healthy status code.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=599
+	Min int32 `json:"min"`
+	// max is the highest healthy status code.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=599
+	Max int32 `json:"max"`
 }
 
 // PauseConditionStatus is what the controller last saw of one spec.pauseWhen condition.

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
@@ -24,6 +25,11 @@ func lagAbove(q string) subflowv1.PauseCondition {
 	return subflowv1.PauseCondition{Name: "lag", Prometheus: &subflowv1.PrometheusSource{Query: "max(lag_seconds)", Above: &above}}
 }
 
+func paymentsProbe() subflowv1.PauseCondition {
+	return subflowv1.PauseCondition{Name: "payments", HTTP: &subflowv1.HTTPSource{
+		Service: subflowv1.HTTPServiceReference{Name: "payments", Port: intstr.FromString("http")}}}
+}
+
 func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
@@ -32,8 +38,9 @@ func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 		mutate  func(*subflowv1.PauseCondition)
 		wantErr string
 	}{
-		{"no source", func(c *subflowv1.PauseCondition) { c.Kubernetes = nil }, "set exactly one source: kubernetes or prometheus"},
-		{"two sources", func(c *subflowv1.PauseCondition) { c.Prometheus = lagAbove("1").Prometheus }, "set exactly one source: kubernetes or prometheus"},
+		{"no source", func(c *subflowv1.PauseCondition) { c.Kubernetes = nil }, "set exactly one source: kubernetes, prometheus or http"},
+		{"two sources", func(c *subflowv1.PauseCondition) { c.Prometheus = lagAbove("1").Prometheus }, "set exactly one source: kubernetes, prometheus or http"},
+		{"a probe beside an object", func(c *subflowv1.PauseCondition) { c.HTTP = paymentsProbe().HTTP }, "set exactly one source"},
 		{"a name that is not a DNS label", func(c *subflowv1.PauseCondition) { c.Name = "Orders DB" }, "spec.pauseWhen[0].name"},
 		{"sub-second interval", func(c *subflowv1.PauseCondition) { c.Interval = dur(500 * time.Millisecond) }, "interval must be from 1s to 1h"},
 		{"resumeAfter under the minimum hold", func(c *subflowv1.PauseCondition) { c.ResumeAfter = dur(time.Second) }, "resumeAfter must be from 10s to 24h"},
@@ -46,6 +53,38 @@ func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 			*c = lagAbove("1")
 			c.Prometheus.Above, c.Prometheus.Below, c.Prometheus.ResumeBelow = nil, q("1"), q("2")
 		}, "resumeBelow goes with above"},
+		{"a probe of port 0", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Service.Port = intstr.FromInt32(0)
+		}, "port must be a number from 1 to 65535 or a port name"},
+		{"a probe of an empty port name", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Service.Port = intstr.FromString("")
+		}, "port must be a number from 1 to 65535 or a port name"},
+		{"a probe path that is a URL", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Service.Path = "http://169.254.169.254/"
+		}, "spec.pauseWhen[0].http.service.path"},
+		{"a probe of a Service name that is none", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Service.Name = "payments.other-namespace"
+		}, "spec.pauseWhen[0].http.service.name"},
+		{"a healthy range upside down", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.HealthyStatus = &subflowv1.StatusRange{Min: 399, Max: 200}
+		}, "healthyStatus.min must not exceed healthyStatus.max"},
+		{"a status code that is none", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.HealthyStatus = &subflowv1.StatusRange{Min: 200, Max: 700}
+		}, "spec.pauseWhen[0].http.healthyStatus.max"},
+		{"a probe timeout of a minute", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Timeout = dur(time.Minute)
+		}, "timeout must be from 10ms to 5s"},
+		{"an unknown scheme", func(c *subflowv1.PauseCondition) {
+			*c = paymentsProbe()
+			c.HTTP.Scheme = "gopher"
+		}, `Unsupported value: "gopher"`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +129,13 @@ func TestAPIServerAcceptsPauseConditionsAndDefaults(t *testing.T) {
 	resume := resource.MustParse("0.5")
 	lag.Prometheus.ResumeBelow = &resume
 	lag.Interval = &metav1.Duration{Duration: time.Second}
-	flow.Spec.PauseWhen = []subflowv1.PauseCondition{dbDown(), lag}
+	numeric := paymentsProbe()
+	numeric.Name = "payments-tls"
+	numeric.HTTP.Service.Port = intstr.FromInt32(8443)
+	numeric.HTTP.Scheme = "HTTPS"
+	numeric.HTTP.HealthyStatus = &subflowv1.StatusRange{Min: 200, Max: 299}
+	numeric.HTTP.Timeout = &metav1.Duration{Duration: 500 * time.Millisecond}
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{dbDown(), lag, paymentsProbe(), numeric}
 	if err := k8s.Create(ctx, flow); err != nil {
 		t.Fatalf("valid conditions refused: %v", err)
 	}
@@ -104,5 +149,8 @@ func TestAPIServerAcceptsPauseConditionsAndDefaults(t *testing.T) {
 	}
 	if a := got.Spec.PauseWhen[1].Prometheus.Above; a == nil || a.AsApproximateFloat64() != 1.5 {
 		t.Errorf("above %v, want 1.5", a)
+	}
+	if h := got.Spec.PauseWhen[2].HTTP; h.Scheme != "HTTP" || h.Service.Path != "/" || h.Service.Port != intstr.FromString("http") {
+		t.Errorf("probe defaults: scheme %q, path %q, port %s; want HTTP, /, http", h.Scheme, h.Service.Path, h.Service.Port.String())
 	}
 }
