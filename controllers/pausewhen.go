@@ -77,9 +77,9 @@ type Conditions struct {
 	Prober *pausewhen.Prober
 
 	proberOnce sync.Once
-	readings pausewhen.Readings
-	mu       sync.Mutex
-	trackers map[conditionKey]*conditionTracker
+	readings   pausewhen.Readings
+	mu         sync.Mutex
+	trackers   map[conditionKey]*conditionTracker
 }
 
 type conditionKey struct {
