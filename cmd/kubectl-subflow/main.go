@@ -4,7 +4,8 @@
 //
 // Install it from a checkout with `go install ./cmd/kubectl-subflow` (the module is not
 // published); kubectl finds any kubectl-* binary on PATH. It takes kubectl's connection flags (--kubeconfig,
-// --context, -n/--namespace, ...) and prints errors the way kubectl does.
+// --context, -n/--namespace, --as, ...) and prints errors the way kubectl does. kubectl 1.26 and later
+// complete `kubectl subflow` through the script kubectl_complete-subflow beside this file.
 package main
 
 import (
@@ -13,8 +14,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,7 +25,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,12 +40,21 @@ import (
 const resourceName = "subscriptionflow.subflow.dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Ctrl-C ends the command's context: status --watch ends cleanly and release deletes the
+	// flow it created. A second Ctrl-C kills the plugin as usual.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	os.Exit(runContext(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run executes one plugin invocation and returns its exit code: 0 on success, 1 on any error
 // (after printing it to stderr as kubectl would).
 func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+// runContext is run until ctx ends, as Ctrl-C ends it.
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	silenceLibraryLogs.Do(func() {
 		// client-go and controller-runtime would otherwise log to stderr behind our messages.
 		ctrllog.SetLogger(logr.Discard())
@@ -49,9 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	p := &plugin{stdout: stdout, stderr: stderr, flags: genericclioptions.NewConfigFlags(true), now: time.Now}
 	root := p.rootCommand()
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, kubectlMessage(err))
 		return 1
 	}
@@ -76,12 +88,15 @@ func (p *plugin) rootCommand() *cobra.Command {
 
 pause, resume and stop set the on-call override annotations, which win over spec.state and
 maintenance windows until they expire (--for) or are removed (clear). seek asks for a one-shot
-seek by broker-entry index. status, wait and list read what the controller reported.`,
+seek by broker-entry index. status, wait and list read what the controller reported; version
+names the plugin's, the controller's and the agents' versions.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		// kubectl completes plugins through its own kubectl_complete-* convention.
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		// completion bash|zsh|fish|powershell completes kubectl-subflow run by itself; kubectl
+		// completes `kubectl subflow` through kubectl_complete-subflow, which calls __complete.
 	}
+	root.SetOut(p.stdout) // before the completion command, which keeps the writer it is built with
+	root.SetErr(p.stderr)
 	p.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		p.overrideCommand("pause", subflowv1.StatePaused),
@@ -93,7 +108,9 @@ seek by broker-entry index. status, wait and list read what the controller repor
 		p.waitCommand(),
 		p.listCommand(),
 		p.releaseCommand(),
+		p.versionCommand(),
 	)
+	p.registerCompletions(root)
 	return root
 }
 
@@ -129,12 +146,16 @@ func (p *plugin) getFlow(ctx context.Context, name string) (client.WithWatch, *s
 }
 
 func newClient(cfg *rest.Config) (client.WithWatch, error) {
-	scheme := runtime.NewScheme()
-	if err := subflowv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
+
+// scheme knows SubscriptionFlows and the built-in kinds the plugin reads (Deployments).
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(subflowv1.AddToScheme(s))
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	return s
+}()
 
 // oneName checks the single NAME argument before anything talks to the server.
 func oneName(args []string) (string, error) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/printers"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -24,24 +28,99 @@ var conditionOrder = []string{
 }
 
 func (p *plugin) statusCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "status NAME",
+	var (
+		watchFlow bool
+		timeout   time.Duration
+		output    *outputFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "status NAME [-o json|yaml|wide|name|...] [--watch [--timeout DURATION]]",
 		Short: "Show the flow's effective state, conditions, seek result and each pod's agent",
+		Long: `Show the flow's effective state, conditions, seek result and each pod's agent.
+
+-o wide adds each condition's transition time and each pod's messages received while paused;
+-o json, yaml, name, jsonpath and go-template print the flow as kubectl get does.
+--watch prints the flow again each time it changes, until Ctrl-C, --timeout or its deletion.`,
+		Example: "  kubectl subflow status orders-ingest -n shop --watch\n  kubectl subflow status orders-ingest -n shop -o yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := oneName(args)
 			if err != nil {
 				return err
 			}
+			printer, err := output.printer()
+			if err != nil {
+				return err
+			}
+			switch {
+			case timeout < 0:
+				return fmt.Errorf("--timeout must be a positive duration such as 10m, got %s", timeout)
+			case timeout > 0 && !watchFlow:
+				return errors.New("--timeout needs --watch: it ends the watch")
+			}
+			shown := 0
+			show := func(flow *subflowv1.SubscriptionFlow) error {
+				shown++
+				if printer != nil {
+					return printer.PrintObj(flow, p.stdout) // yaml separates documents with ---
+				}
+				if shown > 1 {
+					fmt.Fprintln(p.stdout) // a blank line between two descriptions
+				}
+				return printStatus(p.stdout, flow, output.wide(), p.now())
+			}
+			if watchFlow {
+				return p.watchStatus(cmd.Context(), name, timeout, show)
+			}
 			_, flow, err := p.getFlow(cmd.Context(), name)
 			if err != nil {
 				return err
 			}
-			return printStatus(p.stdout, flow, p.now())
+			return show(flow)
 		},
 	}
+	cmd.Flags().BoolVarP(&watchFlow, "watch", "w", false, "print the flow again each time it changes, until Ctrl-C or --timeout")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --watch, stop watching after this long (default: until Ctrl-C)")
+	output = newOutputFlags(cmd)
+	return cmd
 }
 
-func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time) error {
+// watchStatus shows the flow, then again at each change (list + watch, re-listing if the
+// watch breaks), until ctx ends, the timeout passes (both a normal end) or the flow is deleted.
+func (p *plugin) watchStatus(ctx context.Context, name string, timeout time.Duration,
+	show func(*subflowv1.SubscriptionFlow) error) error {
+	c, flow, err := p.getFlow(ctx, name) // a missing flow is an error at once
+	if err != nil {
+		return err
+	}
+	if err := show(flow); err != nil {
+		return err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	shown := flow.ResourceVersion
+	_, err = watchtools.UntilWithSync(ctx, singleFlowWatch(ctx, c, flow.Namespace, name), &subflowv1.SubscriptionFlow{}, nil,
+		func(ev watch.Event) (bool, error) {
+			f, ok := ev.Object.(*subflowv1.SubscriptionFlow)
+			switch {
+			case ev.Type == watch.Deleted:
+				fmt.Fprintf(p.stdout, "%s/%s deleted\n", resourceName, name)
+				return true, nil
+			case !ok || f.ResourceVersion == shown:
+				return false, nil
+			}
+			shown = f.ResourceVersion
+			return false, show(f)
+		})
+	if ctx.Err() != nil {
+		return nil // Ctrl-C or --timeout: the watch ends as asked
+	}
+	return err
+}
+
+func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, wide bool, now time.Time) error {
 	st := flow.Status
 	field := func(label, value string) {
 		if label != "" {
@@ -79,11 +158,11 @@ func printStatus(out io.Writer, flow *subflowv1.SubscriptionFlow, now time.Time)
 	}
 
 	fmt.Fprintln(out, "Conditions:")
-	if err := printConditions(out, st.Conditions, now); err != nil {
+	if err := printConditions(out, st.Conditions, wide, now); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "Agents:")
-	return printAgents(out, st.Agents, now)
+	return printAgents(out, st.Agents, wide, now)
 }
 
 func describeOverride(annotations map[string]string, now time.Time) string {
@@ -231,13 +310,23 @@ func seekPositions(seek *subflowv1.SeekStatus) []string {
 	return lines
 }
 
-func printConditions(out io.Writer, conditions []metav1.Condition, now time.Time) error {
+// printConditions prints the conditions in a fixed order; wide adds when each last changed
+// and the generation it describes.
+func printConditions(out io.Writer, conditions []metav1.Condition, wide bool, now time.Time) error {
 	sorted := slices.Clone(conditions)
 	slices.SortStableFunc(sorted, func(a, b metav1.Condition) int { return conditionRank(a.Type) - conditionRank(b.Type) })
 	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tAGE\tMESSAGE")
+	header := "  TYPE\tSTATUS\tREASON\tAGE\t"
+	if wide {
+		header += "LAST TRANSITION\tGENERATION\t"
+	}
+	fmt.Fprintln(w, header+"MESSAGE")
 	for _, c := range sorted {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now), oneLine(c.Message))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t", c.Type, c.Status, c.Reason, age(c.LastTransitionTime, now))
+		if wide {
+			fmt.Fprintf(w, "%s\t%d\t", c.LastTransitionTime.UTC().Format(time.RFC3339), c.ObservedGeneration)
+		}
+		fmt.Fprintln(w, oneLine(c.Message))
 	}
 	return w.Flush()
 }
@@ -249,13 +338,19 @@ func conditionRank(condType string) int {
 	return len(conditionOrder)
 }
 
-func printAgents(out io.Writer, agents []subflowv1.AgentStatus, now time.Time) error {
+// printAgents prints each pod's agent; wide adds the messages its clients pushed to a
+// closed gate (held, never handed over: a reconnect while paused).
+func printAgents(out io.Writer, agents []subflowv1.AgentStatus, wide bool, now time.Time) error {
 	if len(agents) == 0 {
 		fmt.Fprintln(out, "  <no pod matched>")
 		return nil
 	}
 	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  POD\tKIND\tVERSION\tPROTOCOL\tSTATE\tCONSUMERS\tHELD\tLAST SYNC\tMESSAGE")
+	received := ""
+	if wide {
+		received = "RECEIVED WHILE PAUSED\t"
+	}
+	fmt.Fprintln(w, "  POD\tKIND\tVERSION\tPROTOCOL\tSTATE\tCONSUMERS\tHELD\t"+received+"LAST SYNC\tMESSAGE")
 	for _, a := range agents {
 		lastSync := "<never>"
 		if a.LastSyncTime != nil {
@@ -265,8 +360,12 @@ func printAgents(out io.Writer, agents []subflowv1.AgentStatus, now time.Time) e
 		if a.ProtocolVersion > 0 {
 			protocol = fmt.Sprint(a.ProtocolVersion)
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", a.Pod, orDefault(a.Kind, "-"), orDefault(oneWord(a.AgentVersion), "-"), protocol,
-			orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages, lastSync, oneLine(a.Message))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t", a.Pod, orDefault(a.Kind, "-"), orDefault(oneWord(a.AgentVersion), "-"), protocol,
+			orDefault(a.State, "<unknown>"), a.Consumers, a.HeldMessages)
+		if wide {
+			fmt.Fprintf(w, "%d\t", a.ReceivedWhilePaused)
+		}
+		fmt.Fprintf(w, "%s\t%s\n", lastSync, oneLine(a.Message))
 	}
 	return w.Flush()
 }

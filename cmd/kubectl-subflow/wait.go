@@ -81,6 +81,7 @@ func (p *plugin) waitForAll(ctx context.Context, which targets, target string, g
 	if err != nil {
 		return err
 	}
+	interrupted := ctx.Done()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var behind []string
@@ -103,6 +104,9 @@ func (p *plugin) waitForAll(ctx context.Context, which targets, target string, g
 		return len(behind) == 0, nil
 	})
 	switch {
+	case isClosed(interrupted):
+		return fmt.Errorf("interrupted while waiting for %d flows to be %s; %d are not:\n  %s", count, target,
+			len(behind), strings.Join(behind, "\n  "))
 	case wait.Interrupted(err) || ctx.Err() != nil:
 		return fmt.Errorf("timed out after %s waiting for %d flows to be %s; %d are not:\n  %s", timeout, count, target,
 			len(behind), strings.Join(behind, "\n  "))
@@ -120,6 +124,7 @@ func (p *plugin) waitFor(ctx context.Context, name, target string, goal waitGoal
 	if err != nil {
 		return err
 	}
+	interrupted := ctx.Done()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// A missing flow is an error at once, as with kubectl wait.
@@ -147,6 +152,8 @@ func (p *plugin) waitFor(ctx context.Context, name, target string, goal waitGoal
 			return done, nil
 		})
 	switch {
+	case isClosed(interrupted):
+		return fmt.Errorf("interrupted while waiting for %s/%s to be %s: %s", resourceName, name, target, why)
 	case wait.Interrupted(err) || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("timed out after %s waiting for %s/%s to be %s: %s", timeout, resourceName, name, target, why)
 	case err != nil:
@@ -154,6 +161,17 @@ func (p *plugin) waitFor(ctx context.Context, name, target string, goal waitGoal
 	}
 	fmt.Fprintf(p.stdout, "%s/%s condition met: %s\n", resourceName, name, target)
 	return nil
+}
+
+// isClosed says whether done (a context's Done, nil for one never cancelled) is closed: Ctrl-C
+// rather than --timeout ended a wait.
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 func singleFlowWatch(ctx context.Context, c client.WithWatch, namespace, name string) cache.ListerWatcher {

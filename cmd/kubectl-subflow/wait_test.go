@@ -203,3 +203,31 @@ func TestWaitGoals(t *testing.T) {
 		}
 	}
 }
+
+// Ctrl-C ends a wait at once, saying it was interrupted (not that it timed out) and why the
+// flow was not there yet.
+func TestWaitInterruptedSaysSo(t *testing.T) {
+	ns := namespace(t, "wait-interrupted")
+	newFlow(t, ns, "orders", nil)
+	setStatus(t, ns, "orders", runningStatus(metav1.ConditionTrue))
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	stderr := &testkit.LockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		var stdout bytes.Buffer
+		done <- runContext(ctx, []string{"wait", "orders", "--for", "paused", "-n", ns, "--kubeconfig", kubeconfig}, &stdout, stderr)
+	}()
+	testkit.Eventually(t, 10*time.Second, "wait announced it", func() bool { return strings.Contains(stderr.String(), "Waiting for") })
+	interrupt()
+
+	select {
+	case code := <-done:
+		want := "error: interrupted while waiting for subscriptionflow.subflow.dev/orders to be paused: the effective state is Running\n"
+		if code != 1 || !strings.HasSuffix(stderr.String(), want) {
+			t.Errorf("exit %d, stderr %q, want 1 and stderr ending %q", code, stderr.String(), want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait did not end within 10s of Ctrl-C")
+	}
+}
