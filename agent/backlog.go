@@ -26,6 +26,7 @@ const backlogReadTimeout = 10 * time.Second
 // policies that may delete it while nobody consumes: the effective message TTL and backlog
 // quotas. It never fails: what cannot be read (no admin URL, credentials refused, topic or
 // subscription missing, broker unreachable) comes back as an entry whose Unknown says why.
+// Every entry names the subscription.
 //
 // Rights needed with Pulsar's default authorization provider: partition metadata and topic
 // stats need lookup (produce or consume) permission on the topic; the applied message TTL and
@@ -34,13 +35,13 @@ const backlogReadTimeout = 10 * time.Second
 func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
 	now := time.Now()
 	if a.admin == nil {
-		return []protocol.BacklogStatus{unknownBacklog(topic, now, "no admin URL is set (the agent's Options.AdminURL, the sidecar's --admin-url)")}
+		return []protocol.BacklogStatus{unknownBacklog(topic, subscription, now, "no admin URL is set (the agent's Options.AdminURL, the sidecar's --admin-url)")}
 	}
 	return a.admin.backlog(ctx, topic, subscription, now)
 }
 
-func unknownBacklog(topic string, at time.Time, why string) protocol.BacklogStatus {
-	return protocol.BacklogStatus{Topic: topic, ReadAt: at, Unknown: why}
+func unknownBacklog(topic, subscription string, at time.Time, why string) protocol.BacklogStatus {
+	return protocol.BacklogStatus{Topic: topic, Subscription: subscription, ReadAt: at, Unknown: why}
 }
 
 // retention is what may delete a subscription's backlog: the applied message TTL and quotas.
@@ -52,11 +53,11 @@ type retention struct {
 func (a *adminClient) backlog(ctx context.Context, topic, subscription string, now time.Time) []protocol.BacklogStatus {
 	full, err := fullTopicName(topic)
 	if err != nil {
-		return []protocol.BacklogStatus{unknownBacklog(topic, now, err.Error())}
+		return []protocol.BacklogStatus{unknownBacklog(topic, subscription, now, err.Error())}
 	}
 	topics, err := a.partitionNames(ctx, full)
 	if err != nil {
-		return []protocol.BacklogStatus{unknownBacklog(full, now, unknownReason("partition metadata", err))}
+		return []protocol.BacklogStatus{unknownBacklog(full, subscription, now, unknownReason("partition metadata", err))}
 	}
 	// The backlog itself needs only lookup rights; without the rights to read the retention
 	// policies it is still reported, with the retention marked unknown.
@@ -76,20 +77,20 @@ func (a *adminClient) backlog(ctx context.Context, topic, subscription string, n
 func (a *adminClient) partitionBacklog(ctx context.Context, topic, subscription string, ret retention, now time.Time) protocol.BacklogStatus {
 	base, err := topicPath(topic)
 	if err != nil {
-		return unknownBacklog(topic, now, err.Error())
+		return unknownBacklog(topic, subscription, now, err.Error())
 	}
 	var stats struct {
 		Subscriptions map[string]subscriptionStats `json:"subscriptions"`
 	}
 	if _, err := a.call(ctx, http.MethodGet, base+"/stats?getEarliestTimeInBacklog=true", nil, &stats); err != nil {
-		return unknownBacklog(topic, now, unknownReason("topic stats", err))
+		return unknownBacklog(topic, subscription, now, unknownReason("topic stats", err))
 	}
 	sub, ok := stats.Subscriptions[subscription]
 	if !ok {
-		return unknownBacklog(topic, now, fmt.Sprintf("subscription %q does not exist on the topic", subscription))
+		return unknownBacklog(topic, subscription, now, fmt.Sprintf("subscription %q does not exist on the topic", subscription))
 	}
 	st := protocol.BacklogStatus{
-		Topic: topic, Messages: sub.MsgBacklog, Bytes: sub.BacklogSize, ReadAt: now,
+		Topic: topic, Subscription: subscription, Messages: sub.MsgBacklog, Bytes: sub.BacklogSize, ReadAt: now,
 		MessageTTLSeconds: ret.ttlSeconds, Quotas: ret.quotas,
 	}
 	if ms := sub.EarliestMsgPublishTimeInBacklog; ms > 0 && sub.MsgBacklog > 0 {

@@ -8,8 +8,9 @@ import (
 )
 
 // backlogWatches keeps the agent's backlog watches in line with the rules that ask for a
-// backlog report (FlowRequest.ReportBacklog): a (topic, subscription) is watched while some rule
-// needs it. A push answers with the latest values at once and never waits on the admin API.
+// backlog report (FlowRequest.ReportBacklog: their own subscription) or for other subscriptions'
+// backlogs (FlowRequest.BacklogOf): a (topic, subscription) is watched while some rule needs
+// it. A push answers with the latest values at once and never waits on the admin API.
 type backlogWatches struct {
 	host Host
 
@@ -52,26 +53,52 @@ func (w *backlogWatches) neededLocked(k watchKey) bool {
 	return false
 }
 
-// latest returns the last values read for keys; empty until the first reads complete.
+// latest returns the last values read for keys, each entry naming its subscription; empty
+// until the first reads complete.
 func (w *backlogWatches) latest(keys []watchKey) []protocol.BacklogStatus {
 	var out []protocol.BacklogStatus
 	for _, k := range keys {
-		out = append(out, w.host.LatestBacklog(k.topic, k.subscription)...)
+		for _, b := range w.host.LatestBacklog(k.topic, k.subscription) {
+			b.Subscription = k.subscription // a Host of another make may leave it out
+			out = append(out, b)
+		}
 	}
 	return out
 }
 
-// backlogKeys are the topics whose backlog a rule's report covers: the rule's topic, else every
-// topic its consumers name (a pattern consumer's topics cannot be listed and are left out).
+// backlogKeys are what a rule's report covers: on each of its topics, its own subscription
+// when it asks for a backlog report (ReportBacklog), and every subscription of BacklogOf.
+// There are at most len(ruleTopics) x (1 + protocol.MaxBacklogOf) of them.
 func backlogKeys(r *rule, consumers []Consumer) []watchKey {
-	if r.Topic != "" {
-		return []watchKey{{topic: r.Topic, subscription: r.Subscription}}
+	subscriptions := r.BacklogOf
+	if r.ReportBacklog {
+		subscriptions = append([]string{r.Subscription}, r.BacklogOf...)
 	}
+	if len(subscriptions) == 0 {
+		return nil
+	}
+	topics := ruleTopics(r, consumers)
 	var keys []watchKey
+	for _, s := range subscriptions {
+		for _, topic := range topics {
+			if k := (watchKey{topic: topic, subscription: s}); !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// ruleTopics are the topics a rule's backlog report covers: the rule's topic, else every topic
+// its consumers name (a pattern consumer's topics cannot be listed and are left out).
+func ruleTopics(r *rule, consumers []Consumer) []string {
+	if r.Topic != "" {
+		return []string{r.Topic}
+	}
+	var topics []string
 	add := func(topic string) {
-		k := watchKey{topic: topic, subscription: r.Subscription}
-		if topic != "" && !slices.Contains(keys, k) {
-			keys = append(keys, k)
+		if topic != "" && !slices.Contains(topics, topic) {
+			topics = append(topics, topic)
 		}
 	}
 	for _, c := range consumers {
@@ -81,5 +108,5 @@ func backlogKeys(r *rule, consumers []Consumer) []watchKey {
 			add(t)
 		}
 	}
-	return keys
+	return topics
 }

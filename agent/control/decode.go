@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	sigsjson "sigs.k8s.io/json"
 
@@ -181,7 +182,31 @@ func validate(req protocol.FlowRequest) error {
 	case !req.State.Valid():
 		return fmt.Errorf("state %q: want Running, Paused or Stopped", req.State)
 	}
+	if err := validateBacklogOf(req.BacklogOf); err != nil {
+		return err
+	}
 	return validateSeek(req.Seek)
+}
+
+// validateBacklogOf bounds the other subscriptions a rule has this agent watch: each one is a
+// background read of the admin API and entries in every answer.
+func validateBacklogOf(subscriptions []string) error {
+	if len(subscriptions) > protocol.MaxBacklogOf {
+		return fmt.Errorf("backlogOf names %d subscriptions: at most %d", len(subscriptions), protocol.MaxBacklogOf)
+	}
+	for i, s := range subscriptions {
+		switch {
+		case s == "":
+			return fmt.Errorf("backlogOf[%d] is empty: want a subscription name", i)
+		case len(s) > protocol.MaxBacklogOfNameBytes:
+			return fmt.Errorf("backlogOf[%d] is %d bytes long: at most %d", i, len(s), protocol.MaxBacklogOfNameBytes)
+		case strings.ContainsFunc(s, unicode.IsControl):
+			return fmt.Errorf("backlogOf[%d] %q holds a control character", i, s)
+		case slices.Contains(subscriptions[:i], s):
+			return fmt.Errorf("backlogOf[%d] %q appears twice", i, s)
+		}
+	}
+	return nil
 }
 
 func validateSeek(seek *protocol.SeekRequest) error {

@@ -3,6 +3,7 @@ package control
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	sigsjson "sigs.k8s.io/json"
 
@@ -24,7 +26,8 @@ import (
 // (docs/design.md, section 4.17): requests as a controller sends them, and the agent's
 // answers. They are never rewritten to follow a change: a change that makes a test below
 // fail would break a controller or an agent of another release. A new protocol version adds
-// exchanges; it does not edit these.
+// exchanges; it does not edit these. exchanges.json holds protocol 2, exchanges-v3.json what
+// protocol 3 added, each file replayed against an agent of its own.
 
 // exchange is one request of testdata/golden/exchanges.json and the answer to it.
 type exchange struct {
@@ -36,7 +39,13 @@ type exchange struct {
 		Body    json.RawMessage   `json:"body"`
 	} `json:"request"`
 	// Newer marks a request of a newer controller, with fields this protocol does not have.
-	Newer  bool `json:"newer"`
+	Newer bool `json:"newer"`
+	// Agent, when set, is the protocol of an older agent that gave the answer (recorded from
+	// its build): what a controller of this protocol gets from it. It is not replayed.
+	Agent int `json:"agent"`
+	// Repeat marks an answer that holds values the agent reads in the background (backlogs):
+	// the request is sent again, unchanged, as the controller does, until the answer holds them.
+	Repeat bool `json:"repeat"`
 	Answer struct {
 		Status int             `json:"status"`
 		Body   json.RawMessage `json:"body"`
@@ -49,9 +58,22 @@ const (
 	goldenMaxFlows = 5
 )
 
+// exchangeFiles are the golden exchanges, one file per protocol version that added some.
+var exchangeFiles = []string{"exchanges.json", "exchanges-v3.json"}
+
+// readExchanges returns the exchanges of every file, in order.
 func readExchanges(t *testing.T) []exchange {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "golden", "exchanges.json"))
+	var out []exchange
+	for _, name := range exchangeFiles {
+		out = append(out, readExchangeFile(t, name)...)
+	}
+	return out
+}
+
+func readExchangeFile(t *testing.T, name string) []exchange {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "golden", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +123,7 @@ func TestGoldenAnswersDecodeIntoTheCurrentTypes(t *testing.T) {
 	for _, x := range readExchanges(t) {
 		answers = append(answers, answer{x.Name, x.Answer.Body, x.Answer.Status, x.Request.Method})
 	}
-	for _, name := range []string{"flowstatus-full.json", "agentstate-full.json"} {
+	for _, name := range []string{"flowstatus-full.json", "flowstatus-full-v3.json", "agentstate-full.json"} {
 		data, err := os.ReadFile(filepath.Join("testdata", "golden", name))
 		if err != nil {
 			t.Fatal(err)
@@ -132,36 +154,76 @@ func TestGoldenAnswersDecodeIntoTheCurrentTypes(t *testing.T) {
 
 // The agent answers the golden requests as the golden answers say: the same status, and
 // every field of the golden answer with the same name, JSON type and, but for texts and
-// times, value. Answers may have more fields.
+// times, value; protocolVersion is this agent's, at least the golden one. Answers may have
+// more fields.
 func TestGoldenExchangesReplay(t *testing.T) {
+	for _, name := range exchangeFiles {
+		t.Run(name, func(t *testing.T) { replayFile(t, name) })
+	}
+}
+
+func replayFile(t *testing.T, name string) {
 	a, err := agent.New(agent.Options{Name: "orders-worker-7d9f8-x2x4k"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer a.Close()
 	srv, err := New(a, Options{Token: goldenToken, MaxFlows: goldenMaxFlows})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
-	for _, x := range readExchanges(t) {
+	for _, x := range readExchangeFile(t, name) {
+		if x.Agent != 0 && x.Agent < protocol.Version {
+			continue // an older agent's answer
+		}
 		code, body, header := replay(t, ts.URL, x)
+		for deadline := time.Now().Add(10 * time.Second); x.Repeat && time.Now().Before(deadline) &&
+			replayed(x, code, body) != nil; {
+			time.Sleep(10 * time.Millisecond) // the agent reads in the background; the controller pushes again
+			code, body, header = replay(t, ts.URL, x)
+		}
 		if code != x.Answer.Status {
 			t.Fatalf("%s: status %d %s, want %d", x.Name, code, body, x.Answer.Status)
 		}
 		if got := header.Get(protocol.VersionHeader); got != fmt.Sprint(protocol.Version) {
 			t.Errorf("%s: %s header %q, want %d", x.Name, protocol.VersionHeader, got, protocol.Version)
 		}
-		if x.Answer.Body == nil {
-			if len(body) > 0 {
-				t.Errorf("%s: answer %s, want none", x.Name, body)
-			}
-			continue
-		}
-		if err := contains(x.Answer.Body, body, stable); err != nil {
+		if err := replayed(x, code, body); err != nil {
 			t.Errorf("%s: the answer %s differs from the golden one: %v", x.Name, body, err)
 		}
 	}
+}
+
+// replayed compares an answer with the golden one.
+func replayed(x exchange, code int, body []byte) error {
+	if code != x.Answer.Status {
+		return fmt.Errorf("status %d, want %d", code, x.Answer.Status)
+	}
+	if x.Answer.Body == nil {
+		if len(body) > 0 {
+			return errors.New("an answer where the golden one has none")
+		}
+		return nil
+	}
+	if err := contains(x.Answer.Body, body, stable); err != nil {
+		return err
+	}
+	var want, got struct {
+		ProtocolVersion *int `json:"protocolVersion"`
+	}
+	_ = json.Unmarshal(x.Answer.Body, &want)
+	_ = json.Unmarshal(body, &got)
+	switch {
+	case want.ProtocolVersion == nil:
+	case got.ProtocolVersion == nil:
+		return errors.New("protocolVersion: missing")
+	case *got.ProtocolVersion != protocol.Version || *got.ProtocolVersion < *want.ProtocolVersion:
+		return fmt.Errorf("protocolVersion %d, want this agent's %d (the golden answer's was %d)",
+			*got.ProtocolVersion, protocol.Version, *want.ProtocolVersion)
+	}
+	return nil
 }
 
 func replay(t *testing.T, base string, x exchange) (int, []byte, http.Header) {
@@ -205,7 +267,8 @@ func exactly(string) bool { return true }
 
 // stable leaves out texts meant for people and values that change from run to run.
 func stable(key string) bool {
-	return !slices.Contains([]string{"message", "agentVersion", "since", "readAt", "error", "unknown", "retentionUnknown"}, key)
+	return !slices.Contains([]string{"message", "agentVersion", "since", "readAt", "error", "unknown", "retentionUnknown",
+		"protocolVersion"}, key) // the agent's protocolVersion grows: replayed checks it
 }
 
 // contains checks that got has every field of want, with the same JSON type, and the same

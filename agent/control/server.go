@@ -295,10 +295,7 @@ func (s *Server) putFlow(w http.ResponseWriter, r *http.Request, namespace, name
 	// Only now, with the rules applied: lifted first, a start-gated consumer the push pauses
 	// would run until its rule reached it, and hand over what its client had buffered.
 	s.host.MarkSynced()
-	var watched []watchKey
-	if req.ReportBacklog {
-		watched = backlogKeys(rl, consumers)
-	}
+	watched := backlogKeys(rl, consumers)
 	s.backlog.set(rl.key, watched)
 	status := protocol.FlowStatus{
 		Pod:             s.host.Name(),

@@ -39,9 +39,10 @@ const PathPrefix = "/subflow/v1"
 // Version is the agent protocol this build speaks (docs/design.md, section 4.17: versions
 // and skew). Version 1 is every agent that reports no version: it refuses a request with a field
 // it does not know. From version 2 on, an agent ignores the fields it does not know and refuses
-// a request that requires, in RequiresHeader, a feature it lacks. Agents report their version
-// in VersionHeader on every answer and in the protocolVersion of every JSON answer.
-const Version = 2
+// a request that requires, in RequiresHeader, a feature it lacks. Version 3 adds
+// FlowRequest.BacklogOf (feature "backlogOf") and BacklogStatus.Subscription. Agents report
+// their version in VersionHeader on every answer and in the protocolVersion of every JSON answer.
+const Version = 3
 
 // VersionHeader carries the sender's protocol version, a decimal integer: the controller's in
 // a request, the agent's in an answer.
@@ -57,7 +58,7 @@ const RequiresHeader = "Subflow-Requires"
 // the field's JSON path with "[]" for a list's elements, or "path=Value" for a new value of a
 // known field. Every optional field of FlowRequest is one; the required ones are the baseline.
 var features = []string{
-	"topic", "reportBacklog",
+	"topic", "reportBacklog", "backlogOf",
 	"seek", "seek.index", "seek.partitions", "seek.execute", "seek.succeeded",
 	"seek.movedPartitions", "seek.positions", "seek.positions[].cursor",
 }
@@ -127,7 +128,20 @@ type FlowRequest struct {
 	// ReportBacklog asks this agent (one per flow) to read the subscription's backlog and the
 	// retention that may delete it, through the admin API, and report them in FlowStatus.Backlog.
 	ReportBacklog bool `json:"reportBacklog,omitempty"`
+	// BacklogOf names other subscriptions whose backlog this agent reads on the rule's topics
+	// (the rule's topic, else every topic its matched consumers name) and reports in
+	// FlowStatus.Backlog, whether or not ReportBacklog is set: at most MaxBacklogOf, each a
+	// distinct, non-empty name of at most MaxBacklogOfNameBytes without control characters.
+	// A controller that sets it requires feature "backlogOf" (RequiresHeader).
+	BacklogOf []string `json:"backlogOf,omitempty"`
 }
+
+// MaxBacklogOf bounds FlowRequest.BacklogOf, so that an answer holds at most the rule's topics'
+// entries times 1 + MaxBacklogOf subscriptions.
+const MaxBacklogOf = 8
+
+// MaxBacklogOfNameBytes bounds each name of FlowRequest.BacklogOf.
+const MaxBacklogOfNameBytes = 256
 
 // SeekRequest asks for a seek to a broker-entry index (PIP-101 semantics).
 type SeekRequest struct {
@@ -191,17 +205,20 @@ type FlowStatus struct {
 	// the consumers the agent does have (at most MaxOtherConsumers), so that the controller can
 	// name a typo in the flow.
 	OtherConsumers []ConsumerRef `json:"otherConsumers,omitempty"`
-	// Backlog reports, per topic (partition), the subscription's backlog on the broker and the
-	// retention policies in force, when the request asked for it. Values may lag by the agent's
-	// refresh period.
+	// Backlog reports, per topic (partition) and subscription, the backlog on the broker and the
+	// retention policies in force: the flow's subscription's when the request set ReportBacklog,
+	// and each subscription of BacklogOf. Values may lag by the agent's refresh period.
 	Backlog []BacklogStatus `json:"backlog,omitempty"`
 }
 
-// BacklogStatus is one topic's (or partition's) backlog for the flow's subscription and what
+// BacklogStatus is one topic's (or partition's) backlog for one subscription and what
 // may delete it while nobody consumes: a message TTL, or a backlog quota whose policy is
 // consumer_backlog_eviction.
 type BacklogStatus struct {
 	Topic string `json:"topic"`
+	// Subscription is the subscription the entry is about, set on every entry from protocol
+	// version 3 on; absent (an older agent), it is the flow's own subscription.
+	Subscription string `json:"subscription,omitempty"`
 	// Messages and Bytes waiting for the subscription (msgBacklog, backlogSize).
 	Messages int64 `json:"messages"`
 	Bytes    int64 `json:"bytes"`
