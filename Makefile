@@ -105,6 +105,9 @@ conformance-pulsar: ## Run the conformance tests (and the test broker's differen
 		echo "== conformance on Apache Pulsar $$v"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec -- sh -c '$(MAKE) --no-print-directory conformance && \
 			$(GO) test $(TEST_FLAGS) -run Differential ./internal/pulsartest/'; \
+		echo "== test broker differential scenarios on Apache Pulsar $$v with Key_Shared hash ranges"; \
+		PULSAR_VERSION=$$v $(PULSAR) exec --set subscriptionKeySharedUseConsistentHashing=false -- \
+			$(GO) test $(TEST_FLAGS) -run 'Differential/KeySharedHashRanges' ./internal/pulsartest/; \
 		echo "== conformance on Apache Pulsar $$v without index metadata"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
 	done

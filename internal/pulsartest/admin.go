@@ -716,11 +716,25 @@ func (b *Broker) updatePartitions(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// partitionMetadata is PersistentTopics.getPartitionedMetadata: {partitions: 0} for a
+// non-partitioned topic; 404 "Topic ... not found" for a topic that does not exist, unless
+// the caller passes checkAllowAutoCreation=true, as clients about to create it do.
 func (b *Broker) partitionMetadata(w http.ResponseWriter, r *http.Request) {
 	full := fullFromPath(r)
 	b.st.mu.Lock()
-	out := partitionedTopicMetadataJSON{Partitions: b.st.partitioned[full], Properties: b.st.partitionProps[full]}
+	n, partitioned := b.st.partitioned[full]
+	out := partitionedTopicMetadataJSON{Partitions: n, Properties: b.st.partitionProps[full]}
+	_, exists := b.st.topics[full]
+	if tn, err := parseTopic(full); err == nil && tn.partition >= 0 {
+		exists = exists || tn.partition < b.st.partitioned[tn.base()]
+	}
 	b.st.mu.Unlock()
+	// PersistentTopicsBase.internalGetPartitionedMetadataAsync: no partitions, and the topic
+	// must exist unless checkAllowAutoCreation=true (allowAutoTopicCreation is on here).
+	if !partitioned && !exists && r.URL.Query().Get("checkAllowAutoCreation") != "true" {
+		writeReason(w, http.StatusNotFound, "Topic "+full+" not found")
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

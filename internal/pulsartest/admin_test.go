@@ -280,3 +280,32 @@ func TestAdminUpdatePartitionedTopic(t *testing.T) {
 		t.Fatalf("message on the new partition: %v %v", m, err)
 	}
 }
+
+// PersistentTopicsBase.internalGetPartitionedMetadataAsync, the same in 4.0.7 and 4.2.4: GET
+// .../partitions of a topic that does not exist answers 404 "Topic ... not found", unless the
+// caller passes checkAllowAutoCreation=true (auto-creation is on, as by default); a
+// non-partitioned topic that exists answers {partitions: 0}.
+func TestAdminPartitionsOfMissingTopic(t *testing.T) {
+	b := Start(t)
+	base := b.AdminURL() + topicPath("")
+	resp, body := get(t, base+"nowhere/partitions")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "Topic persistent://public/default/nowhere not found") {
+		t.Errorf("missing topic: %d %s, want 404 naming it", resp.StatusCode, body)
+	}
+	resp, body = get(t, base+"nowhere/partitions?checkAllowAutoCreation=true")
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"partitions":0,"deleted":false}` {
+		t.Errorf("missing topic with checkAllowAutoCreation: %d %s, want 200 {partitions: 0}", resp.StatusCode, body)
+	}
+	if err := b.AppendEntries("here", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body = get(t, base+"here/partitions"); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"partitions":0`) {
+		t.Errorf("existing non-partitioned topic: %d %s", resp.StatusCode, body)
+	}
+	if err := b.CreatePartitionedTopic("parted", 2); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body = get(t, base+"parted-partition-1/partitions"); resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"partitions":0`) {
+		t.Errorf("partition of a partitioned topic: %d %s", resp.StatusCode, body)
+	}
+}

@@ -31,7 +31,7 @@ func (b *Broker) AppendEntries(topic string, n, messages int) error {
 	t := b.getTopic(tn.full, true)
 	now := b.now()
 	meta, data, payload := sharedEntryBody(messages, now.UnixMilli())
-	hash := stickyKeyHash([]byte(noneKey))
+	hash := t.b.stickyKeyHashOf([]byte(noneKey))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.entries = slices.Grow(t.entries, n)

@@ -55,6 +55,16 @@ type Options struct {
 	// ACTIVE_CONSUMER_CHANGE and dispatches again only after it. 0 means the
 	// default 1s; negative means no delay.
 	ActiveConsumerFailoverDelay time.Duration
+	// MaxMessageSize is maxMessageSize (default 5 MiB): CONNECTED announces it, and clients
+	// refuse to send a larger message (pulsar-client-go: ErrMessageTooLarge). A frame longer
+	// than it plus 10 KiB (MESSAGE_SIZE_FRAME_PADDING) closes the connection unanswered, as
+	// the broker's frame decoder does. 0 means the default.
+	MaxMessageSize int
+	// KeySharedHashRanges is subscriptionKeySharedUseConsistentHashing=false: Key_Shared
+	// subscriptions (AUTO_SPLIT mode) split hash ranges between consumers
+	// (HashRangeAutoSplitStickyKeyConsumerSelector) instead of placing them on a consistent
+	// hashing ring, the 4.x default.
+	KeySharedHashRanges bool
 	// AdvertisedURL is what lookups answer as the broker service URL (a
 	// broker's advertisedAddress); empty means ServiceURL. Point it at a
 	// proxy to put the proxy between the client and the broker.
@@ -95,6 +105,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.EntriesPerLedger <= 0 {
 		o.EntriesPerLedger = 10000
+	}
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = defaultMaxMessageSize
 	}
 	if o.ReadBatchSize <= 0 {
 		o.ReadBatchSize = 100

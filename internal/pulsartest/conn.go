@@ -220,7 +220,7 @@ func (c *conn) readLoop(r *bufio.Reader) {
 		return
 	}
 	for {
-		cmd, payload, err := readFrame(r)
+		cmd, payload, err := readFrame(r, maxFrameField(c.b.opts.MaxMessageSize))
 		if err != nil {
 			return
 		}
@@ -233,7 +233,7 @@ func (c *conn) readLoop(r *bufio.Reader) {
 
 func (c *conn) handshake(r *bufio.Reader) bool {
 	_ = c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-	cmd, _, err := readFrame(r)
+	cmd, _, err := readFrame(r, maxFrameField(c.b.opts.MaxMessageSize))
 	_ = c.nc.SetReadDeadline(time.Time{})
 	if err != nil || cmd.GetType() != pb.BaseCommand_CONNECT {
 		return false
@@ -249,7 +249,7 @@ func (c *conn) handshake(r *bufio.Reader) bool {
 		Connected: &pb.CommandConnected{
 			ServerVersion:   proto.String("subflow-pulsartest"),
 			ProtocolVersion: proto.Int32(version),
-			MaxMessageSize:  proto.Int32(maxMessageSizeHint),
+			MaxMessageSize:  proto.Int32(int32(c.b.opts.MaxMessageSize)),
 		},
 	})
 	return true

@@ -23,6 +23,7 @@ func (s *subscription) dispatch() {
 	default:
 		s.dispatchSingleActive()
 	}
+	s.checkEndOnRead()
 }
 
 // take is one cursor read of up to n entries: the replay queue when it holds
@@ -252,7 +253,10 @@ func (s *subscription) sendKeyShared(offs []int, replay bool) int {
 	left := map[*consumer]int64{}
 	for _, off := range offs {
 		h := s.t.entries[off].stickyHash
-		c := s.ring.selectConsumer(h)
+		var c *consumer
+		if s.selector != nil {
+			c = s.selector.selectConsumer(h)
+		}
 		if c != nil {
 			p, seen := left[c]
 			if !seen {

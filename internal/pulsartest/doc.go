@@ -54,6 +54,13 @@
 //     show the replay queue as msgInReplay (entries); avgMessagesPerEntry
 //     is always 1 here, where the broker keeps a moving average of the
 //     messages per entry it dispatched to the consumer.
+//     Options.KeySharedHashRanges is subscriptionKeySharedUseConsistentHashing=false
+//     (HashRangeAutoSplitStickyKeyConsumerSelector): keys hash into [0, 65535]
+//     (murmur3 mod 65536, 0 taken as 1); the first consumer serves every hash
+//     up to 65536, each next one splits the biggest range (the first of
+//     equals) and takes its lower half; a leaving consumer's range goes to
+//     the range above it, or from the top range to the one below. Ranges
+//     follow join order, not names: a consumer that comes back splits again.
 //   - Unacked limits (MaxUnackedPerConsumer 50000, MaxUnackedPerSubscription
 //     200000), Shared and Key_Shared only: Consumer.addAndGetUnAckedMsgs
 //     blocks a consumer at the limit and unblocks it at half; FLOW permits
@@ -121,7 +128,10 @@
 //     body fields, unknown fields are ignored; resetcursor
 //     on a partitioned base name answers 405; /stats on it answers 404
 //     (partitioned-stats aggregates); .../partitions answers
-//     {partitions, deleted: false}; PUT on a topic creates it (409 when it
+//     {partitions, deleted: false}, and for a topic that does not exist 404
+//     "Topic ... not found" unless checkAllowAutoCreation=true, which answers
+//     {partitions: 0} (PersistentTopicsBase.internalGetPartitionedMetadataAsync,
+//     auto-creation on; the same on 4.0.7 and 4.2.4); PUT on a topic creates it (409 when it
 //     exists), PUT .../unload unloads it, POST .../subscription/{s}/
 //     expireMessages/{seconds} (or all_subscription) runs message expiry at
 //     once. Stats report unackedMessages 0 for Exclusive and Failover
@@ -141,6 +151,30 @@
 //     updates the consumer at once and the dispatcher total later, on the
 //     topic's dispatch lane); CheckPermitInvariant checks
 //     total = sum(permits - pending FLOW permits).
+//   - maxMessageSize (Options.MaxMessageSize, 5 MiB): CONNECTED announces it,
+//     and pulsar-client-go refuses a larger message itself (ErrMessageTooLarge,
+//     before sending). The broker's frame decoder
+//     (FrameDecoderUtil, Netty's LengthFieldBasedFrameDecoder) takes a frame
+//     whose size field is at most maxMessageSize + 10 KiB - 4 (the limit counts
+//     the field) and closes the connection, unanswered, on a longer one
+//     (TooLongFrameException, ServerCnx.exceptionCaught); a SEND within that
+//     padding but over maxMessageSize is stored here, where a standalone
+//     broker's bookie (nettyMaxFrameSizeBytes, 5 MiB) refuses an entry that
+//     large and the broker retries it on new ledgers, never confirming it. A
+//     topic policy maxMessageSize is not modelled.
+//   - REACHED_END_OF_TOPIC (endoftopic.go): to every consumer of a
+//     subscription of a terminated topic whose backlog is empty - at
+//     termination (PersistentSubscription.topicTerminated), after each ACK
+//     that reaches the subscription (acknowledgeMessage), and on the
+//     dispatcher's first read at the end (readEntriesFailed with
+//     NoMoreEntriesToReadException), which stays waiting in the cursor so
+//     later reads tell nothing until an Exclusive or Failover redelivery
+//     request; a read waiting when the topic was terminated holds reads back
+//     until the last consumer leaves. pulsar-client-go through v0.21 does
+//     not handle the command: it closes the connection and its consumers
+//     reconnect (a consumer connected at termination with nothing to read
+//     is told twice, then stays connected); it has no HasReachedEndOfTopic
+//     and its reader's HasNext does not look at termination.
 //   - Lookups answer Options.AdvertisedURL (a broker's advertised address),
 //     so a proxy can sit between client and broker.
 //   - A SEND for a producer the broker closed (unload) is ignored, not
@@ -246,9 +280,11 @@
 //     publish time there.
 //   - internal stats on 4.0 have no "properties"; they are written as 4.2
 //     writes them.
-//   - GET .../partitions of a topic that does not exist: 404 "Topic ... not
-//     found" there, {partitions: 0} here (the agent's partition lookup of a
-//     topic not created yet would fail otherwise).
+//
+// A scenario that needs a broker setting other than the default (the
+// Key_Shared hash ranges) runs on the real broker only when its runtime
+// configuration has it: a second run with
+// `--set subscriptionKeySharedUseConsistentHashing=false` covers it.
 //
 // Not compared: the periodic message-TTL check (the real broker runs it once
 // a minute at best, messageExpiryCheckIntervalInMinutes=1, too slow for a
@@ -262,8 +298,7 @@
 // client acks the whole entry), delayed delivery, non-persistent topics,
 // binary-protocol authentication, topic watchers, the HTTP lookup service, namespace bundles
 // and load balancing, retention size/time limits and ledger trimming, and
-// REACHED_END_OF_TOPIC (consumers of a terminated topic are not told they read
-// its end). A
+// the Key_Shared STICKY mode (consumers naming their own hash ranges). A
 // request for what is not modelled is answered at once, never left to the
 // client's operation timeout: GET_SCHEMA as Pulsar answers for a topic without
 // a schema (TopicNotFound, "Topic not found or no-schema"), any other with an

@@ -14,22 +14,35 @@ import (
 )
 
 const (
-	maxFrameSize       = 5*1024*1024 + 10*1024 // client default max message size + headroom
-	magicChecksum      = 0x0e01
-	magicBrokerEntry   = 0x0e02
-	maxMessageSizeHint = 5 * 1024 * 1024
+	magicChecksum    = 0x0e01
+	magicBrokerEntry = 0x0e02
+	// defaultMaxMessageSize is maxMessageSize's default, Commands.DEFAULT_MAX_MESSAGE_SIZE.
+	defaultMaxMessageSize = 5 * 1024 * 1024
+	// messageSizeFramePadding is Commands.MESSAGE_SIZE_FRAME_PADDING: the room a frame has for
+	// its command and metadata beside a message of the maximum size.
+	messageSizeFramePadding = 10 * 1024
 )
+
+// maxFrameField is the largest frame size field the broker accepts: its frame decoder
+// (FrameDecoderUtil.createFrameDecoder, Netty's LengthFieldBasedFrameDecoder with
+// maxFrameLength = maxMessageSize + MESSAGE_SIZE_FRAME_PADDING) counts the 4 bytes of the
+// field itself, and fails a longer frame as soon as it reads the field (TooLongFrameException:
+// ServerCnx.exceptionCaught closes the connection; nothing is answered).
+func maxFrameField(maxMessageSize int) uint32 {
+	return uint32(maxMessageSize + messageSizeFramePadding - 4)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// readFrame reads one frame: the command and the payload that follows it.
-func readFrame(r *bufio.Reader) (*pb.BaseCommand, []byte, error) {
+// readFrame reads one frame: the command and the payload that follows it. A frame whose
+// size field exceeds limit is an error before any more of it is read.
+func readFrame(r *bufio.Reader, limit uint32) (*pb.BaseCommand, []byte, error) {
 	var header [4]byte
 	if _, err := io.ReadFull(r, header[:]); err != nil {
 		return nil, nil, err
 	}
 	total := binary.BigEndian.Uint32(header[:])
-	if total < 4 || total > maxFrameSize {
+	if total < 4 || total > limit {
 		return nil, nil, fmt.Errorf("frame size %d out of range", total)
 	}
 	// One allocation per frame: a SEND payload is kept as the stored entry.

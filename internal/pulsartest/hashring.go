@@ -49,6 +49,98 @@ func stickyKeyHash(key []byte) int {
 // (Commands.peekStickyKey).
 const noneKey = "NONE_KEY"
 
+// keySharedSelector is StickyKeyConsumerSelector: the consumer that serves a sticky key hash.
+type keySharedSelector interface {
+	selectConsumer(hash int) *consumer
+}
+
+// stickyKeyHashOf is StickyKeyConsumerSelector.makeStickyKeyHash of the broker's selector:
+// the consistent hashing ring's [1, 65535], or the hash ranges' [0, 65535] (0 taken as 1).
+func (b *Broker) stickyKeyHashOf(key []byte) int {
+	if b.opts.KeySharedHashRanges {
+		return hashRangeKeyHash(key)
+	}
+	return stickyKeyHash(key)
+}
+
+// hashRangeSize is StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE, 2 << 15: the hash range
+// selector's key hashes are in [0, hashRangeSize-1].
+const hashRangeSize = 2 << 15
+
+// hashRangeKeyHash is StickyKeyConsumerSelectorUtils.makeStickyKeyHash over the range
+// [0, 65535]: murmur3 mod 65536, and 1 instead of 0 (STICKY_KEY_HASH_NOT_SET).
+func hashRangeKeyHash(key []byte) int {
+	return max(int(murmur3(key)%hashRangeSize), 1)
+}
+
+// keyHashRanges is HashRangeAutoSplitStickyKeyConsumerSelector
+// (subscriptionKeySharedUseConsistentHashing=false): each consumer serves the hashes up to
+// the end of its range, (previous end, end]. The first consumer takes everything (end
+// 65536); each next one splits the biggest range, the first of equals in hash order, and
+// takes its lower half: new end = end - (end - previous end) / 2. A leaving consumer's range
+// goes to the consumer of the range above it, or, if it had the top range, to the one below,
+// which then ends at 65536. It follows consumers in join order, not by name: one that comes
+// back splits a range again.
+type keyHashRanges struct {
+	ends   []int // ascending
+	owners []*consumer
+}
+
+func (r *keyHashRanges) selectConsumer(hash int) *consumer {
+	i, _ := slices.BinarySearch(r.ends, hash) // ceilingEntry
+	if i == len(r.ends) {
+		return nil
+	}
+	return r.owners[i]
+}
+
+// sync adds the consumers it does not have, in join order, and removes those gone.
+func (r *keyHashRanges) sync(consumers []*consumer) {
+	for i := len(r.owners) - 1; i >= 0; i-- {
+		if !slices.Contains(consumers, r.owners[i]) {
+			r.remove(i)
+		}
+	}
+	for _, c := range consumers {
+		if !slices.Contains(r.owners, c) {
+			r.add(c)
+		}
+	}
+}
+
+func (r *keyHashRanges) add(c *consumer) {
+	if len(r.ends) == 0 {
+		r.ends, r.owners = []int{hashRangeSize}, []*consumer{c}
+		return
+	}
+	biggest, size, lower := 0, 0, 0
+	for i, end := range r.ends { // findBiggestRange: strictly bigger wins
+		prev := 0
+		if i > 0 {
+			prev = r.ends[i-1]
+		}
+		if end-prev > size {
+			biggest, size, lower = i, end-prev, prev
+		}
+	}
+	if size <= 1 { // ConsumerAssignException: no range left to split
+		return
+	}
+	split := r.ends[biggest] - (r.ends[biggest]-lower)>>1
+	r.ends = slices.Insert(r.ends, biggest, split)
+	r.owners = slices.Insert(r.owners, biggest, c)
+}
+
+func (r *keyHashRanges) remove(i int) {
+	if i == len(r.ends)-1 && i > 0 { // the top range goes to the one below, extended to the top
+		r.ends = slices.Delete(r.ends, i-1, i)
+		r.owners = slices.Delete(r.owners, i, i+1)
+		return
+	}
+	r.ends = slices.Delete(r.ends, i, i+1)
+	r.owners = slices.Delete(r.owners, i, i+1)
+}
+
 type ringPoint struct {
 	hash int
 	c    *consumer

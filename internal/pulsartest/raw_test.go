@@ -47,7 +47,7 @@ func dialRawURL(t testing.TB, url string) *rawClient {
 	go func() {
 		r := bufio.NewReader(nc)
 		for {
-			cmd, _, err := readFrame(r)
+			cmd, _, err := readFrame(r, 1<<30) // a client takes what the broker sends
 			if err != nil {
 				rc.mu.Lock()
 				rc.eof = true
@@ -144,4 +144,116 @@ func TestExclusiveSubscribeChecksTheHoldersLiveness(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ConsumerBusy") {
 		t.Fatalf("a second Exclusive consumer next to a live holder: %v, want ConsumerBusy", err)
 	}
+}
+
+// producer creates a producer on the connection and waits for its PRODUCER_SUCCESS.
+func (rc *rawClient) producer(topic string, producerID uint64, name string) {
+	rc.t.Helper()
+	reqID := producerID + 2000
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
+		Topic: ptr(topic), ProducerId: ptr(producerID), RequestId: ptr(reqID), ProducerName: ptr(name),
+	}})
+	rc.await("producer "+name, func(c *pb.BaseCommand) bool { return c.GetProducerSuccess().GetRequestId() == reqID })
+}
+
+// sendFrameOfSize writes a SEND whose frame size field (the bytes after it) is exactly size,
+// its payload padded to fit. The write may fail half-way: a broker that refuses the frame
+// closes the connection as soon as it reads the size.
+func (rc *rawClient) sendFrameOfSize(producerID, seq uint64, name string, size int) {
+	rc.t.Helper()
+	cmd := &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: ptr(producerID), SequenceId: ptr(seq)}}
+	meta := &pb.MessageMetadata{ProducerName: ptr(name), SequenceId: ptr(seq), PublishTime: ptr(uint64(1))}
+	fixed := 4 + proto.Size(cmd) + 2 + 4 + 4 + proto.Size(meta) // cmdSize, command, magic, checksum, metaSize, metadata
+	if size < fixed {
+		rc.t.Fatalf("a SEND frame cannot be %d bytes (at least %d)", size, fixed)
+	}
+	frame := appendFrame(nil, cmd, sendPayload(meta, make([]byte, size-fixed)))
+	if got := int(binary.BigEndian.Uint32(frame)); got != size {
+		rc.t.Fatalf("built a frame of %d bytes, want %d", got, size)
+	}
+	_, _ = rc.nc.Write(frame)
+}
+
+// answerTo returns what the broker answered to a SEND: "receipt", "error <code>", or "" for
+// nothing yet.
+func (rc *rawClient) answerTo(producerID, seq uint64) string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, c := range rc.frames {
+		if r := c.GetSendReceipt(); r != nil && r.GetProducerId() == producerID && r.GetSequenceId() == seq {
+			return "receipt"
+		}
+		if e := c.GetSendError(); e != nil && e.GetProducerId() == producerID && e.GetSequenceId() == seq {
+			return "error " + e.GetError().String()
+		}
+	}
+	return ""
+}
+
+func (rc *rawClient) closed() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.eof
+}
+
+// roundTrip sends a PING and waits for its PONG: whatever the broker queued on the
+// connection before it answered has arrived.
+func (rc *rawClient) roundTrip() {
+	rc.t.Helper()
+	count := func() int {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		n := 0
+		for _, c := range rc.frames {
+			if c.GetType() == pb.BaseCommand_PONG {
+				n++
+			}
+		}
+		return n
+	}
+	before := count()
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	testkit.Eventually(rc.t, waitFor, "PONG", func() bool { return count() > before })
+}
+
+// ackWait acknowledges entries individually and waits for the broker's ACK_RESPONSE.
+func (rc *rawClient) ackWait(consumerID, reqID uint64, ids ...*pb.MessageIdData) {
+	rc.t.Helper()
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
+		ConsumerId: ptr(consumerID), AckType: pb.CommandAck_Individual.Enum(), MessageId: ids, RequestId: ptr(reqID),
+	}})
+	rc.await("ack response", func(c *pb.BaseCommand) bool { return c.GetAckResponse().GetRequestId() == reqID })
+}
+
+// reachedEnd counts the REACHED_END_OF_TOPIC frames for a consumer received so far.
+func (rc *rawClient) reachedEnd(consumerID uint64) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	n := 0
+	for _, c := range rc.frames {
+		if id, ok := reachedEndConsumer(c); ok && id == consumerID {
+			n++
+		}
+	}
+	return n
+}
+
+// messagesFor returns the ids of the MESSAGE frames for a consumer received so far.
+func (rc *rawClient) messagesFor(consumerID uint64) []*pb.MessageIdData {
+	var out []*pb.MessageIdData
+	for _, m := range rc.messages() {
+		if m.GetConsumerId() == consumerID {
+			out = append(out, m.GetMessageId())
+		}
+	}
+	return out
+}
+
+// reachedEndConsumer reads the consumer id of a REACHED_END_OF_TOPIC; ok is false for
+// another command.
+func reachedEndConsumer(cmd *pb.BaseCommand) (uint64, bool) {
+	if cmd.GetType() != pb.BaseCommand_REACHED_END_OF_TOPIC {
+		return 0, false
+	}
+	return firstFieldVarint(cmd.ProtoReflect().GetUnknown())
 }

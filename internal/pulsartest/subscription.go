@@ -30,19 +30,25 @@ type subscription struct {
 	replayHash map[int]int // sticky key hash -> entries of it in replay (Key_Shared ordering)
 	redelivery map[int]uint32
 
-	consumers    []*consumer // in join order
-	active       *consumer   // Exclusive and Failover
-	ring         keySharedRing
-	switching    bool  // Failover: waiting activeConsumerFailoverDelay before dispatching to a new active consumer
-	resetting    bool  // a reset is disconnecting the active consumer: no election (closeFuture is set)
-	blocked      bool  // maxUnackedMessagesPerSubscription reached (blockedDispatcherOnUnackedMsgs)
-	totalPermits int64 // dispatcher total: sum of consumer permits minus their pending FLOW updates
-	dispatched   int64 // messages
+	consumers    []*consumer       // in join order
+	active       *consumer         // Exclusive and Failover
+	selector     keySharedSelector // Key_Shared
+	switching    bool              // Failover: waiting activeConsumerFailoverDelay before dispatching to a new active consumer
+	resetting    bool              // a reset is disconnecting the active consumer: no election (closeFuture is set)
+	blocked      bool              // maxUnackedMessagesPerSubscription reached (blockedDispatcherOnUnackedMsgs)
+	totalPermits int64             // dispatcher total: sum of consumer permits minus their pending FLOW updates
+	dispatched   int64             // messages
 	ackedMsgs    int64
 	nextShared   int
 	expired      int64 // entries skipped by message TTL (totalMsgExpired)
 	lastExpire   int64 // ms of the last expiry that moved the cursor (lastExpireTimestamp)
 	created      time.Time
+	// heldRead: a read was waiting for entries when the topic was terminated; it never
+	// completes, and the dispatcher reads nothing more until the last consumer leaves
+	// (cancelPendingRead). staleRead: a read at the end of the terminated topic failed
+	// (NoMoreEntriesToReadException) and left its op waiting in the cursor, so every later
+	// read waits on it (ManagedCursorImpl.checkForNewEntries, ConcurrentWaitCallbackException).
+	heldRead, staleRead bool
 }
 
 // consumer is one SUBSCRIBE on one connection.
@@ -273,6 +279,9 @@ func (s *subscription) disconnect(c *consumer, notify bool) {
 		s.redelivery = map[int]uint32{}
 		s.readPos = s.markDelete
 	}
+	if len(s.consumers) == 0 {
+		s.heldRead = false // cancelPendingRead: the waiting read is cancelled with the last consumer
+	}
 	c.conn.mu.Lock()
 	if c.conn.consumers[c.id] == c {
 		delete(c.conn.consumers, c.id)
@@ -294,7 +303,16 @@ func (s *subscription) disconnect(c *consumer, notify bool) {
 func (s *subscription) membershipChanged() {
 	switch s.kind {
 	case pb.CommandSubscribe_Key_Shared:
-		s.ring = buildKeySharedRing(s.consumers)
+		if s.opts().KeySharedHashRanges {
+			r, _ := s.selector.(*keyHashRanges)
+			if r == nil {
+				r = &keyHashRanges{}
+				s.selector = r
+			}
+			r.sync(s.consumers)
+		} else {
+			s.selector = buildKeySharedRing(s.consumers)
+		}
 	case pb.CommandSubscribe_Exclusive, pb.CommandSubscribe_Failover:
 		if len(s.consumers) == 0 {
 			s.active = nil
@@ -570,7 +588,9 @@ func (c *conn) handleAck(req *pb.CommandAck) {
 		t := cons.sub.t
 		t.mu.Lock()
 		s := cons.sub
+		applied := false // the ack reached the subscription
 		for _, id := range req.GetMessageId() {
+			applied = applied || req.GetAckType() == pb.CommandAck_Individual || !s.individualAck()
 			if len(id.GetAckSet()) > 0 {
 				continue // partial batch acks: the entry stays until fully acked
 			}
@@ -593,6 +613,11 @@ func (c *conn) handleAck(req *pb.CommandAck) {
 			}
 		}
 		s.dispatch() // acks can unblock consumers and draining hashes
+		if applied {
+			// PersistentSubscription.acknowledgeMessage: on a terminated topic, an ack that
+			// leaves no backlog tells every consumer the end was reached.
+			s.checkEndAfterAck()
+		}
 		t.mu.Unlock()
 	}
 	if req.RequestId != nil {
@@ -617,6 +642,7 @@ func (c *conn) handleRedeliver(req *pb.CommandRedeliverUnacknowledgedMessages) {
 		// only the active consumer may ask, not while a switch is pending;
 		// the cursor is rewound, positions are not redelivered one by one.
 		if cons == s.active && !s.switching {
+			s.heldRead, s.staleRead = false, false // cursor.cancelPendingReadRequest()
 			s.rewind()
 			s.dispatch()
 		}

@@ -207,7 +207,7 @@ func (t *topic) append(p *producer, send *pb.CommandSend, data []byte) (*pb.Mess
 		publishTime: int64(meta.GetPublishTime()),
 		brokerTime:  now.UnixMilli(),
 		key:         entryKey(meta),
-		stickyHash:  stickyKeyHash([]byte(stickyKey(meta))),
+		stickyHash:  t.b.stickyKeyHashOf([]byte(stickyKey(meta))),
 		meta:        meta,
 		payload:     payload,
 	}
@@ -478,6 +478,9 @@ func (t *topic) terminate() *pb.MessageIdData {
 	t.mu.Lock()
 	t.terminated = true
 	t.disconnectProducersLocked()
+	for _, s := range t.subs { // again on a terminated topic, as ManagedLedgerImpl.asyncTerminate completes again
+		s.topicTerminated()
+	}
 	t.mu.Unlock()
 	return t.lastMessageID()
 }
