@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 )
@@ -220,10 +221,18 @@ func checkRuleTests(rule prometheusRule, tests ruleTests, labels map[string][]st
 	if !slices.Equal(tests.RuleFiles, []string{ruleFileName}) {
 		errs = append(errs, fmt.Errorf("%s: rule_files must be [%s]", ruleTestPath, ruleFileName))
 	}
+	// A test series may carry what a scrape adds: the target's labels.
+	scraped := map[string][]string{}
+	for name, known := range labels {
+		if known != nil {
+			known = append(slices.Clone(known), scrapeLabels...)
+		}
+		scraped[name] = known
+	}
 	fires, silent := map[string]bool{}, map[string]bool{}
 	for _, tc := range tests.Tests {
 		for _, s := range tc.InputSeries {
-			errs = append(errs, checkSelectors(fmt.Sprintf("%s: test %q series", ruleTestPath, tc.Name), s.Series, labels)...)
+			errs = append(errs, checkSelectors(fmt.Sprintf("%s: test %q series", ruleTestPath, tc.Name), s.Series, scraped)...)
 		}
 		for _, a := range tc.AlertRuleTest {
 			if len(a.ExpAlerts) > 0 {
@@ -243,6 +252,11 @@ func checkRuleTests(rule prometheusRule, tests ruleTests, labels map[string][]st
 	}
 	return errs
 }
+
+// scrapeLabels are the labels a ServiceMonitor or PodMonitor adds to every series of its targets
+// (with honorLabels, a series' own namespace is kept; the target's is used only where the series
+// has none).
+var scrapeLabels = []string{"job", "namespace", "pod", "service", "endpoint", "instance", "container"}
 
 var (
 	promQLSelector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}`)
@@ -393,4 +407,73 @@ func runPromtool(t *testing.T, promtool, dir string, args ...string) {
 		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+}
+
+// runbookBase is where docs/troubleshooting.md is read on the project's repository.
+const (
+	troubleshootingPath = "../docs/troubleshooting.md"
+	runbookBase         = "https://github.com/subflow-dev/subflow/blob/main/docs/troubleshooting.md"
+)
+
+// TestAlertRunbooks: every alert's runbook_url opens a section of docs/troubleshooting.md.
+func TestAlertRunbooks(t *testing.T) {
+	doc, err := os.ReadFile(troubleshootingPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportAll(t, checkRunbooks(loadPrometheusRule(t), string(doc)))
+
+	broken := loadPrometheusRule(t)
+	broken.Spec.Groups[0].Rules[0].Annotations["runbook_url"] = runbookBase + "#no-such-section"
+	delete(broken.Spec.Groups[0].Rules[1].Annotations, "runbook_url")
+	broken.Spec.Groups[0].Rules[2].Annotations["runbook_url"] = strings.Replace(broken.Spec.Groups[0].Rules[2].Annotations["runbook_url"], "/main/", "/master/", 1)
+	if errs := checkRunbooks(broken, string(doc)); len(errs) != 3 {
+		t.Errorf("broken runbook URLs gave %d errors, want 3: %v", len(errs), errs)
+	}
+}
+
+func checkRunbooks(rule prometheusRule, doc string) (errs []error) {
+	anchors := markdownAnchors(doc)
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			url := r.Annotations["runbook_url"]
+			base, anchor, _ := strings.Cut(url, "#")
+			switch {
+			case base != runbookBase:
+				errs = append(errs, fmt.Errorf("alert %s: runbook_url %q, want %s#<section>", r.Alert, url, runbookBase))
+			case !anchors[anchor]:
+				errs = append(errs, fmt.Errorf("alert %s: runbook_url %q names no heading of docs/troubleshooting.md", r.Alert, url))
+			}
+		}
+	}
+	return errs
+}
+
+var markdownHeading = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*$`)
+
+// markdownAnchors are the fragments GitHub gives a document's headings: lower case, spaces to
+// hyphens, punctuation other than hyphens and underscores dropped.
+func markdownAnchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	inFence := false
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+		}
+		m := markdownHeading.FindStringSubmatch(line)
+		if inFence || m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.ReplaceAll(m[1], "`", "")) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
 }
