@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +15,17 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/internal/testenv"
@@ -49,6 +53,8 @@ func standIns() []*apiextensionsv1.CustomResourceDefinition {
 		crd("cert-manager.io", "Certificate", "certificates"),
 		crd("cert-manager.io", "Issuer", "issuers"),
 		crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+		crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+		crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
 	}
 }
 
@@ -129,11 +135,12 @@ func TestApplyServerSide(t *testing.T) {
 		for _, v := range in.values {
 			args = append(args, "--set", v)
 		}
-		manifests := helm(t, args...)
-		objs, err := decode(manifests)
+		all, err := decode(helm(t, args...))
 		if err != nil {
 			t.Fatal(err)
 		}
+		// helm install leaves out the test hooks (helm test creates them: TestHelmTestPod).
+		objs, manifests := withoutTestHooks(t, all)
 		path := filepath.Join(t.TempDir(), in.release+".yaml")
 		if err := os.WriteFile(path, []byte(manifests), 0o600); err != nil {
 			t.Fatal(err)
@@ -231,6 +238,8 @@ func TestApplyServerSide(t *testing.T) {
 		})
 	}
 
+	t.Run("view and edit aggregate", func(t *testing.T) { checkAggregation(t, k8s, "subflow") })
+
 	t.Run("permissions", func(t *testing.T) {
 		type access struct {
 			verb, group, resource, namespace, name string
@@ -251,6 +260,7 @@ func TestApplyServerSide(t *testing.T) {
 				{"list", "", "secrets", "shop", "", false},
 				{"get", "", "secrets", "shop", "db-password", false},
 				{"get", "", "secrets", "shop", "subflow-agent-token", true},
+				{"get", "postgresql.cnpg.io", "clusters", "shop", "orders-db", false},
 				{"update", admission, "mutatingwebhookconfigurations", "", "subflow-mutating-webhook-configuration", true},
 				{"update", admission, "validatingwebhookconfigurations", "", "subflow-validating-webhook-configuration", true},
 				{"list", admission, "mutatingwebhookconfigurations", "", "", true},
@@ -267,6 +277,10 @@ func TestApplyServerSide(t *testing.T) {
 			"system:serviceaccount:ops:team-subflow-controller": {
 				{"patch", "subflow.dev", "subscriptionflows", "shop", "orders-ingest", true},
 				{"update", "", "secrets", "ops", "team-subflow-webhook-server-cert", false},
+				// pauseWhen.readableResources: get on CloudNativePG Clusters, and no more.
+				{"get", "postgresql.cnpg.io", "clusters", "shop", "orders-db", true},
+				{"list", "postgresql.cnpg.io", "clusters", "shop", "", false},
+				{"get", "postgresql.cnpg.io", "backups", "shop", "orders-db", false},
 				{"list", "", "secrets", "ops", "", false},
 				{"update", admission, "mutatingwebhookconfigurations", "", "team-subflow-mutating-webhook-configuration", false},
 				{"list", admission, "validatingwebhookconfigurations", "", "", false},
@@ -292,6 +306,64 @@ func TestApplyServerSide(t *testing.T) {
 			}
 		}
 	})
+}
+
+// withoutTestHooks leaves out what helm install does not create (helm.sh/hook: test) and
+// returns the rest as one manifest.
+func withoutTestHooks(t *testing.T, objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, string) {
+	t.Helper()
+	var kept []*unstructured.Unstructured
+	var manifest strings.Builder
+	for _, o := range objs {
+		if o.GetAnnotations()["helm.sh/hook"] == "test" {
+			continue
+		}
+		data, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, o)
+		manifest.WriteString("---\n")
+		manifest.Write(data)
+	}
+	return kept, manifest.String()
+}
+
+// checkAggregation: Kubernetes' own view, edit and admin ClusterRoles (bootstrapped by the API
+// server) aggregate the chart's view and edit roles. envtest runs no controller manager, which
+// does the aggregating, so the test checks their selectors against the roles' labels.
+func checkAggregation(t *testing.T, k8s client.Client, release string) {
+	t.Helper()
+	ctx := context.Background()
+	want := map[string][]string{"view": {release + "-view"}, "edit": {release + "-edit"}, "admin": {release + "-edit"}}
+	for builtin, roles := range want {
+		cr := &rbacv1.ClusterRole{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: builtin}, cr); err != nil {
+			t.Fatal(err)
+		}
+		if cr.AggregationRule == nil {
+			t.Fatalf("ClusterRole %s has no aggregationRule", builtin)
+		}
+		var aggregated []string
+		var all rbacv1.ClusterRoleList
+		if err := k8s.List(ctx, &all); err != nil {
+			t.Fatal(err)
+		}
+		for _, role := range all.Items {
+			for _, s := range cr.AggregationRule.ClusterRoleSelectors {
+				selector, err := metav1.LabelSelectorAsSelector(&s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(role.Name, release+"-") && selector.Matches(labels.Set(role.Labels)) {
+					aggregated = append(aggregated, role.Name)
+				}
+			}
+		}
+		if !slices.Equal(aggregated, roles) {
+			t.Errorf("Kubernetes' ClusterRole %s aggregates %v of release %s, want %v", builtin, aggregated, release, roles)
+		}
+	}
 }
 
 // checkControllerSecretCreates creates Secrets as the controller's ServiceAccount user (of the

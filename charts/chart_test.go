@@ -37,12 +37,28 @@ var (
 )
 
 // nonDefault are the non-default values the tests render and apply: cert-manager instead of the
-// self-managed certificate, both monitoring objects, another image, two replicas.
+// self-managed certificate, every monitoring object, another image, two replicas spread over
+// zones, another webhook port, spec.pauseWhen's Prometheus and a further readable kind.
 var nonDefault = []string{
 	"webhook.certs=cert-manager",
+	"webhook.port=10250",
 	"monitoring.prometheusRule.enabled=true",
 	"monitoring.prometheusRule.labels.release=kube-prometheus-stack",
+	"monitoring.serviceMonitor.enabled=true",
+	"monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
+	"monitoring.serviceMonitor.interval=30s",
+	"monitoring.podMonitor.enabled=true",
+	"monitoring.podMonitor.interval=1m",
+	"monitoring.podMonitor.namespaceSelector.any=false",
+	"monitoring.podMonitor.namespaceSelector.matchNames[0]=shop",
 	"monitoring.dashboard.enabled=true",
+	"podDisruptionBudget.minAvailable=50%",
+	"topologySpreadConstraints[0].maxSkew=1",
+	"topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+	"topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+	"pauseWhen.prometheusURL=http://prometheus-operated.monitoring.svc:9090",
+	"pauseWhen.readableResources[0].apiGroups[0]=postgresql.cnpg.io",
+	"pauseWhen.readableResources[0].resources[0]=clusters",
 	"image.repository=team/subflow-controller",
 	"image.tag=v1.2.3",
 	"replicaCount=2",
@@ -177,7 +193,8 @@ func TestLint(t *testing.T) {
 	helm(t, args...)
 	// Everything optional off: a controller without webhooks or metrics, RBAC and CRD managed elsewhere.
 	minimal := render(t, "subflow", "subflow-system", "webhook.enabled=false", "metrics.enabled=false", "rbac.create=false",
-		"rbac.userRoles=false", "serviceAccount.create=false", "serviceAccount.name=existing", "crds.install=false")
+		"rbac.userRoles=false", "rbac.aggregateRoles=false", "serviceAccount.create=false", "serviceAccount.name=existing", "crds.install=false",
+		"podDisruptionBudget.enabled=false", "monitoring.serviceMonitor.enabled=true")
 	if len(minimal) != 1 || minimal[0].GetKind() != "Deployment" {
 		var kinds []string
 		for _, o := range minimal {
@@ -186,6 +203,15 @@ func TestLint(t *testing.T) {
 		t.Errorf("with everything optional off the chart renders %v, want the Deployment alone", kinds)
 	} else if _, args := container(t, minimal[0]); !slices.Contains(args, "--enable-webhooks=false") || !slices.Contains(args, "--metrics-bind-address=0") {
 		t.Errorf("args %v, want --enable-webhooks=false and --metrics-bind-address=0", args)
+	}
+	// One replica has no disruption budget (it would block every drain), and topology spreading
+	// turns off with an empty list.
+	single := render(t, "subflow", "subflow-system", "replicaCount=1", "leaderElect=false", "topologySpreadConstraints=null")
+	if pdb := find(single, "PodDisruptionBudget", "subflow-controller"); pdb != nil {
+		t.Error("with replicaCount=1 the chart renders a PodDisruptionBudget")
+	}
+	if spread, ok, _ := unstructured.NestedSlice(find(single, "Deployment", "subflow-controller").Object, "spec", "template", "spec", "topologySpreadConstraints"); ok {
+		t.Errorf("with topologySpreadConstraints=null the Deployment spreads: %v", spread)
 	}
 	// rbac.secretsPolicy=false leaves the admission policy out (for policies managed otherwise).
 	for _, o := range render(t, "subflow", "subflow-system", "rbac.secretsPolicy=false") {
@@ -209,6 +235,9 @@ func TestRenderDefault(t *testing.T) {
 		"ValidatingWebhookConfiguration":   {"subflow-validating-webhook-configuration"},
 		"ValidatingAdmissionPolicy":        {"subflow-controller-secrets"},
 		"ValidatingAdmissionPolicyBinding": {"subflow-controller-secrets"},
+		"PodDisruptionBudget":              {"subflow-controller"},
+		"ClusterRole":                      {"subflow-view", "subflow-edit"},
+		"Pod":                              {"subflow-test-webhook"},
 	}
 	for kind, names := range want {
 		for _, name := range names {
@@ -219,7 +248,7 @@ func TestRenderDefault(t *testing.T) {
 	}
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "Certificate", "Issuer", "PrometheusRule", "ConfigMap":
+		case "Certificate", "Issuer", "PrometheusRule", "ConfigMap", "ServiceMonitor", "PodMonitor":
 			t.Errorf("the default values render %s %s", o.GetKind(), o.GetName())
 		}
 	}
@@ -245,6 +274,8 @@ func TestRenderDefault(t *testing.T) {
 		t.Errorf("replicas %v, want 2", n)
 	}
 	checkFlagsExist(t, args)
+	checkDisruptionAndSpread(t, objs, "1", "kubernetes.io/hostname", "ScheduleAnyway")
+	checkWebhookPort(t, objs, "9443")
 
 	// The webhooks are config/default's, rules, selectors and failure policy alike.
 	config := kustomize(t, "default")
@@ -314,7 +345,7 @@ func TestRenderNonDefault(t *testing.T) {
 		t.Errorf("image %q", image)
 	}
 	for _, arg := range []string{"--webhook-certs=files", "--sidecar-image=team/subflow-sidecar:v1.2.3", "--resync=2m", "--max-concurrent-status-writes=2", "--zap-log-level=debug",
-		"--refresh-pushes-per-second=50"} {
+		"--refresh-pushes-per-second=50", "--prometheus-url=http://prometheus-operated.monitoring.svc:9090"} {
 		if !slices.Contains(args, arg) {
 			t.Errorf("args %v lack %s", args, arg)
 		}
@@ -322,6 +353,19 @@ func TestRenderNonDefault(t *testing.T) {
 	checkFlagsExist(t, args)
 	if n, _, _ := unstructured.NestedFieldNoCopy(deployment.Object, "spec", "replicas"); fmt.Sprint(n) != "3" {
 		t.Errorf("replicas %v, want 3", n)
+	}
+	checkDisruptionAndSpread(t, objs, "50%", "topology.kubernetes.io/zone", "DoNotSchedule")
+	checkWebhookPort(t, objs, "10250")
+	checkMonitors(t, objs)
+	// pauseWhen.readableResources: get, and only get, on a CloudNativePG Cluster.
+	role := permissions(t, objs)
+	if !role["ClusterRole subflow-manager-role: get clusters.postgresql.cnpg.io *"] {
+		t.Error("pauseWhen.readableResources grants no get on clusters.postgresql.cnpg.io")
+	}
+	for key := range role {
+		if strings.Contains(key, "postgresql.cnpg.io") && !strings.Contains(key, ": get clusters.") {
+			t.Errorf("pauseWhen.readableResources grants more than get: %s", key)
+		}
 	}
 	volumes, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "volumes")
 	if !strings.Contains(toJSON(t, volumes), `"secretName":"subflow-webhook-server-cert"`) {
@@ -483,4 +527,5 @@ func TestValuesDocumented(t *testing.T) {
 }
 
 // freeForm are values whose content is the user's (maps passed through as they are).
-var freeForm = map[string]bool{"resources": true, "monitoring.dashboard.labels": true}
+var freeForm = map[string]bool{"resources": true, "monitoring.dashboard.labels": true,
+	"monitoring.serviceMonitor.tlsConfig": true, "monitoring.podMonitor.namespaceSelector": true}

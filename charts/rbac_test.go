@@ -3,6 +3,7 @@ package charts
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -74,6 +75,12 @@ func permissions(t *testing.T, objs []*unstructured.Unstructured) map[string]boo
 			}
 			if _, ok := o.Object["aggregationRule"]; ok {
 				out[role+": aggregationRule "+toJSON(t, o.Object["aggregationRule"])] = true
+			}
+			// Aggregated into Kubernetes' view, edit or admin: the label grants as much as the rules.
+			for k, v := range o.GetLabels() {
+				if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+					out[fmt.Sprintf("%s: label %s=%s", role, k, v)] = true
+				}
 			}
 		case "ClusterRoleBinding", "RoleBinding":
 			roleRef, _, _ := unstructured.NestedStringMap(o.Object, "roleRef")
