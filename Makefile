@@ -171,6 +171,21 @@ run: ## Run the controller against the cluster in ~/.kube/config.
 images: ## Build the controller, sidecar and example consumer images (no Docker daemon) as archives in dist/images (REGISTRY, TAG, ARCH).
 	$(GO) run ./hack/images -registry "$(REGISTRY)" -tag $(TAG) -arch $(ARCH) -out dist/images
 
+# A release: VERSION (x.y.z) names the images' tag, the chart's version and appVersion and the
+# plugin's krew version; RELEASE_URL is where the plugin archives will be published (the krew
+# manifest's uri; empty leaves bare file names, for kubectl krew install --archive).
+RELEASE_DIR = dist/release
+
+.PHONY: release
+release: ## Write the release to dist/release: multi-arch controller and sidecar OCI images, the chart, the plugin for linux and darwin (amd64, arm64) with a krew manifest, SHA256SUMS (VERSION, REGISTRY, RELEASE_URL).
+	@test -n "$(VERSION)" || { echo "make release needs VERSION=x.y.z"; exit 1; }
+	$(GO) run ./hack/release -version $(VERSION) -registry "$(REGISTRY)" -url "$(RELEASE_URL)" -out $(RELEASE_DIR)
+
+.PHONY: release-check
+release-check: ## Check dist/release as users' tools read it: images' config and binaries per architecture, chart lint and versions, krew manifest, checksums (VERSION).
+	@test -n "$(VERSION)" || { echo "make release-check needs VERSION=x.y.z"; exit 1; }
+	$(GO) run ./hack/release -check -version $(VERSION) -out $(RELEASE_DIR)
+
 .PHONY: e2e
 e2e: ## Run the end-to-end suite on a real single-node Kubernetes with a real Pulsar (root; the first run builds the node's binaries and installs the runtime from Debian's packages).
 	hack/e2e/run.sh

@@ -1,6 +1,6 @@
 // Command images builds subflow's container images without a Docker daemon: each is one layer,
 // run as user 65532, written as an archive that `ctr images import` (or `docker load`) reads.
-// The release and the end-to-end suite use this one build path (make images).
+// The release and the end-to-end suite use this one build path (make images, make release).
 //
 //	go run ./hack/images -registry subflow.local -tag 0.1.0 -arch amd64 -out dist/images [component...]
 //
@@ -9,6 +9,12 @@
 // (the pod sandbox image), gopeer, java-peer and python-peer (the consumer applications of
 // hack/clients, which the Java and Python ones run on a runtime assembled from this machine:
 // see peers.go).
+//
+// -format docker (the default) writes one archive per component and architecture,
+// <component>-<arch>.tar, as docker save does. -format oci writes one OCI image layout per
+// component, <component>.oci.tar, whose index.json names one multi-architecture index with an
+// image for each of -arch (a comma-separated list): what the release publishes (oci.go).
+// -label key=value (repeatable) adds a label to every image's config.
 package main
 
 import (
@@ -19,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -26,6 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // A component is one image: its name and how to assemble its file system.
@@ -65,24 +73,55 @@ var defaultComponents = []string{"controller", "sidecar", "example-consumer"}
 // nonRoot is the user every image runs as, so charts with runAsNonRoot admit it.
 const nonRoot = "65532:65532"
 
+// options are how every image of one run is built and written.
+type options struct {
+	registry, tag, out string
+	archs              []string
+	oci                bool              // one OCI layout per component instead of one docker archive per arch
+	labels             map[string]string // added to every image's config
+}
+
 func main() {
 	registry := flag.String("registry", "", "registry and path the image names start with (empty: bare names)")
 	tag := flag.String("tag", "dev", "the images' tag")
-	arch := flag.String("arch", "amd64", "the target architecture (GOARCH)")
-	out := flag.String("out", "dist/images", "directory for the archives, one <component>-<arch>.tar each")
+	arch := flag.String("arch", "amd64", "the target architectures (GOARCH), comma-separated")
+	out := flag.String("out", "dist/images", "directory for the archives")
+	format := flag.String("format", "docker", "docker: <component>-<arch>.tar each; oci: <component>.oci.tar, one multi-architecture index each")
+	labels := labelFlag{}
+	flag.Var(labels, "label", "key=value added to every image's config labels (repeatable)")
 	flag.Parse()
 	names := flag.Args()
 	if len(names) == 0 {
 		names = defaultComponents
 	}
-	if err := run(context.Background(), *registry, *tag, *arch, *out, names); err != nil {
+	if *format != "docker" && *format != "oci" {
+		fmt.Fprintf(os.Stderr, "images: -format %q: want docker or oci\n", *format)
+		os.Exit(2)
+	}
+	o := options{registry: *registry, tag: *tag, out: *out, archs: strings.Split(*arch, ","),
+		oci: *format == "oci", labels: labels}
+	if err := run(context.Background(), o, names); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, registry, tag, arch, out string, names []string) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
+// labelFlag collects -label key=value.
+type labelFlag map[string]string
+
+func (l labelFlag) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labelFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", s)
+	}
+	l[k] = v
+	return nil
+}
+
+func run(ctx context.Context, o options, names []string) error {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	for _, n := range names {
@@ -90,23 +129,70 @@ func run(ctx context.Context, registry, tag, arch, out string, names []string) e
 		if !ok {
 			return fmt.Errorf("unknown component %q", n)
 		}
-		ref, err := imageRef(registry, c.image, tag)
+		ref, err := imageRef(o.registry, c.image, o.tag)
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(out, n+"-"+arch+".tar")
-		start := time.Now()
-		if err := buildArchive(ctx, c, arch, ref, path); err != nil {
+		if o.oci {
+			err = writeOCI(ctx, c, n, ref, o)
+		} else {
+			err = writeDocker(ctx, c, n, ref, o)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", n, err)
 		}
-		info, err := os.Stat(path)
+	}
+	return nil
+}
+
+// writeDocker writes <out>/<n>-<arch>.tar for each architecture.
+func writeDocker(ctx context.Context, c component, n string, ref name.Tag, o options) error {
+	for _, arch := range o.archs {
+		path := filepath.Join(o.out, n+"-"+arch+".tar")
+		start := time.Now()
+		err := withScratch(func(scratch string) error {
+			img, err := build(ctx, c, arch, scratch, o)
+			if err != nil {
+				return err
+			}
+			return writeAtomic(path, func(tmp string) error { return tarball.WriteToFile(tmp, ref, img) })
+		})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "images: %s -> %s (%s, %.1f MB, %.1fs)\n",
-			ref.String(), path, arch, float64(info.Size())/1e6, time.Since(start).Seconds())
+		report(ref.String(), path, arch, start)
 	}
 	return nil
+}
+
+func report(ref, path, arch string, start time.Time) {
+	size := int64(0)
+	if info, err := os.Stat(path); err == nil {
+		size = info.Size()
+	}
+	fmt.Fprintf(os.Stderr, "images: %s -> %s (%s, %.1f MB, %.1fs)\n",
+		ref, path, arch, float64(size)/1e6, time.Since(start).Seconds())
+}
+
+// withScratch runs f with a directory for the build's files, removed after f: the images f
+// builds read their layers from it, so f must write them before it returns.
+func withScratch(f func(scratch string) error) error {
+	scratch, err := os.MkdirTemp("", "subflow-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	return f(scratch)
+}
+
+// writeAtomic has write fill a temporary file that becomes path only when it succeeded.
+func writeAtomic(path string, write func(tmp string) error) error {
+	tmp := path + ".tmp"
+	if err := write(tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // imageRef parses the image's full name. A bare name stays bare in the archive, so the runtime
@@ -120,29 +206,22 @@ func imageRef(registry, image, tag string) (name.Tag, error) {
 	return name.NewTag(registry+"/"+full, name.StrictValidation)
 }
 
-func buildArchive(ctx context.Context, c component, arch string, ref name.Tag, path string) error {
-	scratch, err := os.MkdirTemp("", "subflow-image-")
+// build assembles c's image for arch; its layer is a file in scratch.
+func build(ctx context.Context, c component, arch, scratch string, o options) (v1.Image, error) {
+	dir, err := os.MkdirTemp(scratch, arch+"-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(scratch)
-	root, err := c.root(ctx, arch, scratch)
+	root, err := c.root(ctx, arch, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	img, err := image(ctx, root, arch, filepath.Join(scratch, "layer.tar"))
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return image(ctx, root, arch, filepath.Join(dir, "layer.tar"), o)
 }
 
-// image is one layer, written to layerFile, with the config that runs it.
-func image(ctx context.Context, root rootFS, arch, layerFile string) (v1.Image, error) {
+// image is one layer, written to layerFile, with the config that runs it. OCI layouts get OCI
+// media types throughout; docker archives keep docker's.
+func image(ctx context.Context, root rootFS, arch, layerFile string, o options) (v1.Image, error) {
 	t, err := newTree(root.files, root.skip)
 	if err != nil {
 		return nil, err
@@ -155,11 +234,17 @@ func image(ctx context.Context, root rootFS, arch, layerFile string) (v1.Image, 
 	}
 	// Cached: the archive's manifest needs the compressed digest before the archive takes
 	// the compressed bytes, and compressing twice is most of a large image's build.
-	layer, err := tarball.LayerFromFile(layerFile, tarball.WithCompressedCaching)
+	layerOpts := []tarball.LayerOption{tarball.WithCompressedCaching}
+	base := empty.Image
+	if o.oci {
+		layerOpts = append(layerOpts, tarball.WithMediaType(types.OCILayer))
+		base = mutate.ConfigMediaType(mutate.MediaType(base, types.OCIManifestSchema1), types.OCIConfigJSON)
+	}
+	layer, err := tarball.LayerFromFile(layerFile, layerOpts...)
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := mutate.AppendLayers(base, layer)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +258,12 @@ func image(ctx context.Context, root rootFS, arch, layerFile string) (v1.Image, 
 	cfg.Config.Entrypoint = root.entrypoint
 	cfg.Config.Env = root.env
 	cfg.Config.WorkingDir = "/"
+	if len(o.labels) > 0 {
+		cfg.Config.Labels = map[string]string{}
+		for k, v := range o.labels {
+			cfg.Config.Labels[k] = v
+		}
+	}
 	return mutate.ConfigFile(img, cfg)
 }
 

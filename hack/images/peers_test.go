@@ -250,7 +250,7 @@ func TestPeerImagesRefuseAnotherArch(t *testing.T) {
 	}
 	for _, name := range []string{"java-peer", "python-peer"} {
 		out := t.TempDir()
-		err := run(context.Background(), "", "dev", other, out, []string{name})
+		err := run(context.Background(), options{tag: "dev", out: out, archs: []string{other}}, []string{name})
 		if err == nil || !strings.Contains(err.Error(), "only for -arch "+runtime.GOARCH) {
 			t.Errorf("%s for %s: got %v, want a refusal naming -arch %s", name, other, err, runtime.GOARCH)
 		}

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"sigs.k8s.io/yaml"
+)
+
+// check reads the release in dir back and returns every way it is wrong: the checksums, each
+// image's index, config and binaries, the chart, the plugin archives and the krew manifest.
+func check(ctx context.Context, dir, version string) error {
+	errs := []error{checkSums(dir, artifacts(version))}
+	for _, im := range releaseImages {
+		errs = append(errs, prefix(imageArchive(im.component), checkImageArchive(filepath.Join(dir, imageArchive(im.component)), im, version)))
+	}
+	errs = append(errs, prefix(chartArchive(version), checkChart(ctx, filepath.Join(dir, chartArchive(version)), version)))
+	for _, p := range pluginPlatforms {
+		errs = append(errs, prefix(pluginArchive(p), checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p)))
+	}
+	errs = append(errs, prefix(krewManifest, checkKrew(dir, version)))
+	return errors.Join(errs...)
+}
+
+func prefix(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// checkSums checks that SHA256SUMS lists exactly the release's other files, each with its digest.
+func checkSums(dir string, names []string) error {
+	f, err := os.Open(filepath.Join(dir, sumsFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var errs []error
+	listed := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		sum, name, ok := strings.Cut(sc.Text(), "  ")
+		if !ok || !sha256Hex.MatchString(sum) {
+			errs = append(errs, fmt.Errorf("%s: line %q: want <sha256>  <file>", sumsFile, sc.Text()))
+			continue
+		}
+		listed[name] = true
+		got, err := fileSHA256(filepath.Join(dir, name))
+		if err != nil {
+			errs = append(errs, err)
+		} else if got != sum {
+			errs = append(errs, fmt.Errorf("%s: %s lists %s, the file has %s", name, sumsFile, sum, got))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() != sumsFile && !listed[e.Name()] {
+			errs = append(errs, fmt.Errorf("%s is not in %s", e.Name(), sumsFile))
+		}
+	}
+	for _, n := range names {
+		if n != sumsFile && !listed[n] {
+			errs = append(errs, fmt.Errorf("%s is missing from %s", n, sumsFile))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkImageArchive reads an OCI layout archive: index.json must name one image index, tagged
+// version, that checkIndex accepts.
+func checkImageArchive(archive string, im releaseImage, version string) error {
+	dir, err := os.MkdirTemp("", "subflow-release-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := untar(archive, dir); err != nil {
+		return err
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return err
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		return err
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].MediaType != types.OCIImageIndex {
+		return fmt.Errorf("index.json names %d manifests: want one image index", len(m.Manifests))
+	}
+	d := m.Manifests[0]
+	if tag := d.Annotations["org.opencontainers.image.ref.name"]; tag != version {
+		return fmt.Errorf("the index is tagged %q: want %q", tag, version)
+	}
+	idx, err := top.ImageIndex(d.Digest)
+	if err != nil {
+		return err
+	}
+	return checkIndex(idx, im, version)
+}
+
+// checkIndex checks that idx has one image per release architecture, each with the platform
+// its descriptor says (checkImage).
+func checkIndex(idx v1.ImageIndex, im releaseImage, version string) error {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var archs []string
+	for _, d := range m.Manifests {
+		if d.Platform == nil || d.Platform.OS != "linux" {
+			errs = append(errs, fmt.Errorf("manifest %s: platform %v: want linux", d.Digest, d.Platform))
+			continue
+		}
+		archs = append(archs, d.Platform.Architecture)
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return err
+		}
+		errs = append(errs, prefix("linux/"+d.Platform.Architecture, checkImage(img, d.Platform.Architecture, im, version)))
+	}
+	slices.Sort(archs)
+	if !slices.Equal(archs, imageArchs) {
+		errs = append(errs, fmt.Errorf("the index has images for %v: want %v", archs, imageArchs))
+	}
+	return errors.Join(errs...)
+}
+
+// checkImage checks what a kubelet reads of an image for arch - its config's os, architecture,
+// numeric non-root user and entrypoint - and that the entrypoint's binary in the layers is an
+// ELF file for arch, and the labels.
+func checkImage(img v1.Image, arch string, im releaseImage, version string) error {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if cfg.OS != "linux" || cfg.Architecture != arch {
+		fail("config says %s/%s: want linux/%s", cfg.OS, cfg.Architecture, arch)
+	}
+	if err := checkUser(cfg.Config.User); err != nil {
+		errs = append(errs, err)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, []string{im.entrypoint}) {
+		fail("entrypoint %q: want [%q]", cfg.Config.Entrypoint, im.entrypoint)
+	}
+	labels := cfg.Config.Labels
+	if labels[labelVersion] != version {
+		fail("label %s %q: want %q", labelVersion, labels[labelVersion], version)
+	}
+	for _, k := range []string{labelSource, labelRevision} {
+		if labels[k] == "" {
+			fail("label %s is missing", k)
+		}
+	}
+	head, err := fileHead(img, im.entrypoint)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	got, err := binaryPlatform(head)
+	if err != nil {
+		fail("%s: %w", im.entrypoint, err)
+	} else if got != (platform{"linux", arch}) {
+		fail("%s is a binary for %s/%s in the image for linux/%s", im.entrypoint, got.os, got.arch, arch)
+	}
+	return errors.Join(errs...)
+}
+
+// checkUser accepts a numeric uid other than 0, with an optional numeric gid: a kubelet can
+// verify runAsNonRoot only for a numeric user.
+func checkUser(user string) error {
+	uid, gid, hasGID := strings.Cut(user, ":")
+	n, err := strconv.ParseUint(uid, 10, 32)
+	if err != nil || n == 0 {
+		return fmt.Errorf("user %q: want a numeric non-root uid", user)
+	}
+	if _, err := strconv.ParseUint(gid, 10, 32); hasGID && err != nil {
+		return fmt.Errorf("user %q: want a numeric gid", user)
+	}
+	return nil
+}
+
+// fileHead returns the first bytes of the regular file at file in img's layers (the top layer
+// that has it).
+func fileHead(img v1.Image, file string) ([]byte, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	want := strings.TrimPrefix(file, "/")
+	var head []byte
+	found := false
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return nil, err
+		}
+		h, ok, err := tarFileHead(rc, want)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			head, found = h, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("%s is not in the image's layers", file)
+	}
+	return head, nil
+}
+
+// tarFileHead reads the first headerSize bytes of the regular, executable file name in a tar.
+func tarFileHead(r io.Reader, name string) ([]byte, bool, error) {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if path.Clean(hdr.Name) != name {
+			continue
+		}
+		if hdr.Typeflag != tar.TypeReg || hdr.Mode&0o111 != 0o111 {
+			return nil, false, fmt.Errorf("%s: type %q, mode %o: want a file everyone may execute", name, hdr.Typeflag, hdr.Mode)
+		}
+		head := make([]byte, min(hdr.Size, headerSize))
+		if _, err := io.ReadFull(tr, head); err != nil {
+			return nil, false, err
+		}
+		return head, true, nil
+	}
+}
+
+// checkPluginArchive checks that the archive holds the plugin, built for p, and LICENSE.
+func checkPluginArchive(archive string, p platform) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return err
+	}
+	var names []string
+	var errs []error
+	tr := tar.NewReader(zr)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		names = append(names, hdr.Name)
+		if hdr.Name != pluginBin {
+			continue
+		}
+		head := make([]byte, min(hdr.Size, headerSize))
+		if _, err := io.ReadFull(tr, head); err != nil {
+			return err
+		}
+		got, err := binaryPlatform(head)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", pluginBin, err))
+		} else if got != p {
+			errs = append(errs, fmt.Errorf("%s is built for %s/%s: want %s/%s", pluginBin, got.os, got.arch, p.os, p.arch))
+		}
+		if hdr.Mode&0o111 != 0o111 {
+			errs = append(errs, fmt.Errorf("%s has mode %o: want it executable", pluginBin, hdr.Mode))
+		}
+	}
+	slices.Sort(names)
+	if want := []string{licenseFile, pluginBin}; !slices.Equal(names, want) {
+		errs = append(errs, fmt.Errorf("holds %q: want %q", names, want))
+	}
+	return errors.Join(errs...)
+}
+
+// checkChart lints the packaged chart, reads its Chart.yaml and renders it with the default
+// values: the controller's image must be the release's.
+func checkChart(ctx context.Context, archive, version string) error {
+	if out, err := exec.CommandContext(ctx, "go", "tool", "helm", "lint", archive).CombinedOutput(); err != nil {
+		return fmt.Errorf("helm lint: %w\n%s", err, out)
+	}
+	data, err := chartFile(archive, "subflow/Chart.yaml")
+	if err != nil {
+		return err
+	}
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(data, &chart); err != nil {
+		return err
+	}
+	if chart.Version != version || chart.AppVersion != version {
+		return fmt.Errorf("version %q, appVersion %q: want %q for both", chart.Version, chart.AppVersion, version)
+	}
+	out, err := exec.CommandContext(ctx, "go", "tool", "helm", "template", "subflow", archive).Output()
+	if err != nil {
+		return fmt.Errorf("helm template: %w", err)
+	}
+	if want := `image: "subflow-controller:` + version + `"`; !strings.Contains(string(out), want) {
+		return fmt.Errorf("rendered with its defaults, the chart has no %s", want)
+	}
+	return nil
+}
+
+// chartFile reads one file of a packaged chart.
+func chartFile(archive, name string) ([]byte, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	tr := tar.NewReader(zr)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%s is not in the chart", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if hdr.Name == name {
+			return io.ReadAll(io.LimitReader(tr, 1<<20))
+		}
+	}
+}
+
+// untar extracts the regular files and directories of a tar into dir, refusing paths that
+// leave it.
+func untar(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !filepath.IsLocal(hdr.Name) {
+			return fmt.Errorf("%s: entry %q leaves the archive", archive, hdr.Name)
+		}
+		dst := filepath.Join(dir, hdr.Name)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(dst, 0o755)
+		case tar.TypeReg:
+			err = writeEntry(dst, tr)
+		default:
+			err = fmt.Errorf("%s: entry %q of type %q: want files and directories", archive, hdr.Name, hdr.Typeflag)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func writeEntry(dst string, r io.Reader) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
