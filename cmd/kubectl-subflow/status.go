@@ -250,6 +250,17 @@ func describeSource(c subflowv1.PauseCondition) string {
 			return fmt.Sprintf("%s < %s", oneLine(p.Query), p.Below.String())
 		}
 		return oneLine(p.Query)
+	case c.HTTP != nil:
+		h := c.HTTP
+		healthy := "200-399"
+		if h.HealthyStatus != nil {
+			healthy = fmt.Sprintf("%d-%d", h.HealthyStatus.Min, h.HealthyStatus.Max)
+		}
+		scheme := "http"
+		if h.Scheme == "HTTPS" {
+			scheme = "https"
+		}
+		return fmt.Sprintf("%s Service %s:%s%s not %s", scheme, h.Service.Name, h.Service.Port.String(), oneLine(h.Service.Path), healthy)
 	}
 	return "no source"
 }

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
@@ -159,6 +160,8 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 			{Name: "lag", Prometheus: &subflowv1.PrometheusSource{Query: "max(lag_seconds)", Above: &above}},
 			{Name: "new", Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "StatefulSet",
 				Name: "cache", ConditionType: "Ready", Status: "False"}},
+			{Name: "payments", HTTP: &subflowv1.HTTPSource{Service: subflowv1.HTTPServiceReference{Name: "payments",
+				Port: intstr.FromString("http"), Path: "/ready"}}},
 		}
 	})
 	since := metav1.NewTime(time.Now().Add(-30 * time.Minute)) // "30m": from 10 minutes on, a second late prints the same
@@ -168,6 +171,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 			PauseWhen: []subflowv1.PauseConditionStatus{
 				{Name: "orders-db-down", Holds: true, Since: &since, Seen: "Available=False"},
 				{Name: "lag", Error: `query "max(lag_seconds)" returned 0 series, want 1`},
+				{Name: "payments", Seen: "HTTP 200"},
 			},
 			Conditions: []metav1.Condition{condition(subflowv1.ConditionAutoPaused, metav1.ConditionTrue, subflowv1.ReasonConditionHolds,
 				"condition orders-db-down holds: Available=False")},
@@ -181,6 +185,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 		"                 orders-db-down (Deployment orders-db Available=False): HOLDS since 30m ago, seen Available=False, read every 10s\n",
 		`                 lag (max(lag_seconds) > 30): does not hold, last reading failed: query "max(lag_seconds)" returned 0 series, want 1, read every 10s` + "\n",
 		"                 new (StatefulSet cache Ready=False): not evaluated yet\n",
+		"                 payments (http Service payments:http/ready not 200-399): does not hold, seen HTTP 200, read every 10s\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
