@@ -215,7 +215,7 @@ func describePauseWhen(flow *subflowv1.SubscriptionFlow, now time.Time) []string
 			line += "does not hold"
 		}
 		if st.Since != nil {
-			line += " since " + duration.HumanDuration(now.Sub(st.Since.Time)) + " ago"
+			line += " since " + sinceText(st.Since.Time, now)
 		}
 		if st.Seen != "" {
 			line += ", seen " + oneLine(st.Seen)
@@ -227,6 +227,15 @@ func describePauseWhen(flow *subflowv1.SubscriptionFlow, now time.Time) []string
 		lines = append(lines, line)
 	}
 	return lines
+}
+
+// sinceText is how long ago t was; a t after now (the controller's clock ahead of this
+// machine's) is printed as a time, not as a negative age.
+func sinceText(t, now time.Time) string {
+	if t.After(now) {
+		return t.UTC().Format(time.RFC3339)
+	}
+	return duration.HumanDuration(now.Sub(t)) + " ago"
 }
 
 func durationOf(d *metav1.Duration, fallback string) string {

@@ -195,3 +195,15 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 		t.Errorf("the conditions do not show AutoPaused:\n%s", out)
 	}
 }
+
+// A condition's since after this machine's clock (the controller's clock ahead) is printed as a
+// time, not as kubectl's "<invalid>" age.
+func TestSinceAheadOfThisClockIsATime(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	if got := sinceText(now.Add(-30*time.Minute), now); got != "30m ago" {
+		t.Errorf("30 minutes before: %q, want 30m ago", got)
+	}
+	if got := sinceText(now.Add(90*time.Second), now); got != "2026-12-05T12:01:30Z" {
+		t.Errorf("90 s ahead: %q, want the time itself", got)
+	}
+}

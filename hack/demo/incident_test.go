@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,9 @@ func TestREADMEIncidentWalkThroughOnTheInteractiveDemo(t *testing.T) {
 		}
 	}()
 	for _, args := range commands {
+		if slices.Contains(args, "-w") || slices.Contains(args, "--watch") {
+			args = append(args, "--timeout", "3s") // a watch runs until Ctrl-C: end it as a user would
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmd := exec.CommandContext(ctx, plugin, args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig)
