@@ -60,8 +60,9 @@ func incidentCommands(t *testing.T) [][]string {
 		t.Fatal("README has no section \"An incident in five minutes\"")
 	}
 	section := text[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
+	// The walk-through ends at the next heading; the plugin's reference follows it.
+	if end := regexp.MustCompile("\n##+ ").FindStringIndex(section[3:]); end != nil {
+		section = section[:end[0]+3]
 	}
 	var commands [][]string
 	for _, m := range regexp.MustCompile("`kubectl subflow ([^`]+)`").FindAllStringSubmatch(section, -1) {
