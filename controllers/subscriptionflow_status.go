@@ -553,12 +553,31 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			now := metav1.NewTime(obs.Now)
 			st.CompletionTime = &now
 			st.Positions, st.FailedPartitions = seekOutcome(o.Status.Seek)
+			requestedIndexes(st.Positions, seek)
 			if o.Status.Seek.State == protocol.SeekFailed {
 				st.Message = clip(seekFailure(o.Status.Seek), maxAgentText)
 			}
 		}
 	}
 	return st
+}
+
+// requestedIndexes puts the spec's index of each partition into the positions, as the API says
+// (index requested): an agent reports the index it resolved, which differs for an index before
+// the first entry or past the last (it seeks to the earliest or the latest), and a position
+// that does not repeat the request would read as another target under the same id
+// (SeekIDReused) at the next reconcile. Where the cursor went is the messageID.
+func requestedIndexes(positions []subflowv1.SeekPosition, seek *subflowv1.SeekSpec) {
+	for i, p := range positions {
+		switch {
+		case p.Partition == -1 && seek.Index != nil:
+			positions[i].Index = *seek.Index
+		case p.Partition >= 0:
+			if j := slices.IndexFunc(seek.Partitions, func(q subflowv1.PartitionIndex) bool { return q.Partition == p.Partition }); j >= 0 {
+				positions[i].Index = seek.Partitions[j].Index
+			}
+		}
+	}
 }
 
 // seekOutcome is what a finished seek moved and did not move, whatever its state: a seek of a

@@ -240,6 +240,35 @@ func TestSeekIDReusedWithAnotherTargetIsReportedNotRun(t *testing.T) {
 	assertCondition(t, computeStatus(flow, obs), subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
 }
 
+// A seek past the topic's end runs (the agent seeks to the latest entry and reports the index it
+// resolved, not the one asked for): status keeps the index requested, and the same spec reads as
+// the seek that ran at every later reconcile, not as its id reused for another target.
+func TestSeekPastTheEndStaysSucceeded(t *testing.T) {
+	index := int64(120034)
+	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
+	done := agentAnswer(protocol.Paused)
+	done.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekSucceeded,
+		Positions: []protocol.SeekPosition{{Partition: -1, Index: 2133, MessageID: "11:2132:-1:1"}}}
+	obs := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
+		Outcomes: []podOutcome{{Pod: "a", Status: done}}, Now: time.Now()}
+	for range 2 { // the first reconcile records the seek, the next compares the spec with it
+		flow.Status = computeStatus(flow, obs)
+		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
+	}
+	if p := flow.Status.Seek.Positions[0]; p.Index != 120034 || p.MessageID != "11:2132:-1:1" {
+		t.Fatalf("position %+v, want the index requested and the message the cursor went to", p)
+	}
+
+	seek := &subflowv1.SeekSpec{ID: "s2", Partitions: []subflowv1.PartitionIndex{{Partition: 0, Index: 5}, {Partition: 1, Index: 1 << 40}}}
+	flow = &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: seek}}
+	done.Seek = &protocol.SeekStatus{ID: "s2", State: protocol.SeekSucceeded, Positions: []protocol.SeekPosition{
+		{Partition: 0, Index: 30, MessageID: "7:0:0:-1"}, {Partition: 1, Index: 61, MessageID: "9:1:1:3"}}}
+	for range 2 {
+		flow.Status = computeStatus(flow, obs)
+		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "True/SeekSucceeded")
+	}
+}
+
 func TestReadyFlowIsCurrentForKstatus(t *testing.T) {
 	flow := &subflowv1.SubscriptionFlow{
 		TypeMeta:   metav1.TypeMeta{APIVersion: subflowv1.GroupVersion.String(), Kind: "SubscriptionFlow"},
