@@ -16,7 +16,7 @@ import (
 )
 
 // DefaultBacklogRefresh is how often a watched subscription's backlog is read again.
-const DefaultBacklogRefresh = 30 * time.Second
+const DefaultBacklogRefresh = protocol.DefaultBacklogRefresh
 
 // backlogReadTimeout bounds one whole read (every partition) of a subscription's backlog.
 const backlogReadTimeout = 10 * time.Second

@@ -180,10 +180,16 @@ func (c *HTTPAgentClient) PutFlow(ctx context.Context, target AgentTarget, req p
 
 // requiredFeatures names the features (protocol.Features) that req relies on: those an agent
 // that ignored them would act on otherwise than asked, so that such an agent refuses the
-// request (422 AgentTooOld) instead of applying half of it. None today: every field this
-// controller sends is known to every agent within the skew (docs/design.md 4.17). A request
-// field added later whose absence would mislead an older agent is named here.
-func requiredFeatures(protocol.FlowRequest) []string { return nil }
+// request (422 AgentTooOld) instead of applying half of it (docs/design.md 4.17). backlogOf:
+// an agent that ignored it would answer without the figures, which would read as a backlog
+// not yet read for ever. The controller asks it only of agents that reported protocol 3 or
+// later (backlogWatcher), so a refusal means the pod went back to an older agent.
+func requiredFeatures(req protocol.FlowRequest) []string {
+	if len(req.BacklogOf) > 0 {
+		return []string{"backlogOf"}
+	}
+	return nil
+}
 
 // DeleteFlow releases the flow's rule in the agent. An agent that does not hold it answers 404,
 // or 409 UIDMismatch when it holds a newer flow's rule under the same name: either way this

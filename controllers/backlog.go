@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/controllers/pausewhen"
 )
 
 // A paused subscription's backlog grows on the broker, and a message TTL or a backlog quota with
@@ -45,9 +47,88 @@ func backlogReporter(flow *subflowv1.SubscriptionFlow, state subflowv1.FlowState
 	if len(candidates) == 0 {
 		return ""
 	}
+	return pickByUID(flow, candidates)
+}
+
+// backlogOfVersion is the first agent protocol that reads other subscriptions' backlogs
+// (protocol.FlowRequest.BacklogOf).
+const backlogOfVersion = 3
+
+// backlogSubscriptions are the other subscriptions the flow's backlog conditions read, each
+// once, in spec order (the API server refuses the flow's own).
+func backlogSubscriptions(flow *subflowv1.SubscriptionFlow) []string {
+	var subs []string
+	for _, c := range flow.Spec.PauseWhen {
+		if c.Backlog != nil && c.Backlog.Subscription != flow.Spec.Subscription && !slices.Contains(subs, c.Backlog.Subscription) {
+			subs = append(subs, c.Backlog.Subscription)
+		}
+	}
+	return subs[:min(len(subs), protocol.MaxBacklogOf)]
+}
+
+// backlogWatcher is the pod asked for the backlogs that the flow's backlog conditions read,
+// whatever the flow's state (a paused flow must see the other subscription recover): one pod
+// whose agent reported protocol 3 or later, picked by the flow's UID as backlogReporter picks,
+// so that both are usually the same pod. An agent that never answered is not asked: a request
+// it could not serve would be refused whole, state included. Empty, with the reason, when no
+// pod can be asked.
+func backlogWatcher(flow *subflowv1.SubscriptionFlow, pods []*corev1.Pod) (pod, missing string) {
+	if len(backlogSubscriptions(flow)) == 0 {
+		return "", ""
+	}
+	versions := map[string]int32{}
+	for _, a := range flow.Status.Agents {
+		versions[a.Pod] = a.ProtocolVersion
+	}
+	var candidates []string
+	answered := 0
+	for _, p := range pods {
+		if !pushable(p) {
+			continue
+		}
+		if v, ok := versions[p.Name]; ok {
+			answered++
+			if v >= backlogOfVersion {
+				candidates = append(candidates, p.Name)
+			}
+		}
+	}
+	switch {
+	case len(candidates) > 0:
+		return pickByUID(flow, candidates), ""
+	case answered == 0:
+		return "", "waiting for an agent of the flow's pods to answer"
+	}
+	return "", fmt.Sprintf("no agent of the flow's pods speaks protocol %d or later, which reads other subscriptions' backlogs: "+
+		"upgrade the agent library or the sidecar", backlogOfVersion)
+}
+
+// pickByUID spreads flows over pods: many flows on the same pods do not all load one agent.
+func pickByUID(flow *subflowv1.SubscriptionFlow, names []string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(flow.UID))
-	return candidates[h.Sum32()%uint32(len(candidates))]
+	return names[h.Sum32()%uint32(len(names))]
+}
+
+// backlogFiguresOf is what the watcher answered, for the flow's backlog conditions.
+func backlogFiguresOf(watcher, missing string, outcomes []podOutcome) pausewhen.BacklogFigures {
+	if watcher == "" {
+		return pausewhen.BacklogFigures{Missing: missing}
+	}
+	for _, o := range outcomes {
+		if o.Pod != watcher {
+			continue
+		}
+		if o.Status == nil {
+			reason := "no answer yet"
+			if o.Err != nil {
+				reason = o.Err.Error()
+			}
+			return pausewhen.BacklogFigures{Pod: watcher, Missing: fmt.Sprintf("pod %s did not answer: %s", watcher, reason)}
+		}
+		return pausewhen.BacklogFigures{Pod: watcher, Entries: o.Status.Backlog}
+	}
+	return pausewhen.BacklogFigures{Pod: watcher, Missing: fmt.Sprintf("pod %s was not asked", watcher)}
 }
 
 // backlogRisk is the prediction made from one reporter's answer.
@@ -87,8 +168,13 @@ func countedNames(names []string, total int, one, many string) string {
 	return text
 }
 
-// assessBacklog sums the reporter's figures and predicts the first deletion.
-func assessBacklog(reporter string, entries []protocol.BacklogStatus, now time.Time, lead time.Duration) *backlogRisk {
+// assessBacklog sums the reporter's figures of the flow's own subscription and predicts the
+// first deletion. The answer may also hold other subscriptions' figures (a backlog condition's,
+// backlogWatcher): an entry naming none is an older agent's, of the flow's own.
+func assessBacklog(reporter, subscription string, all []protocol.BacklogStatus, now time.Time, lead time.Duration) *backlogRisk {
+	entries := slices.DeleteFunc(slices.Clone(all), func(b protocol.BacklogStatus) bool {
+		return b.Subscription != "" && b.Subscription != subscription
+	})
 	if len(entries) == 0 {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers/pausewhen"
 )
@@ -43,7 +44,7 @@ var (
 	}, []string{"namespace", "name", "condition"})
 	pauseConditionValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "subflow_pause_condition_value",
-		Help: "The last value a spec.pauseWhen prometheus condition's query returned.",
+		Help: "The last value a spec.pauseWhen condition's source returned: a prometheus query's value, a backlog's messages, an http probe's status code.",
 	}, []string{"namespace", "name", "condition"})
 	pauseConditionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subflow_pause_condition_errors_total",
@@ -80,6 +81,9 @@ type Conditions struct {
 	readings   pausewhen.Readings
 	mu         sync.Mutex
 	trackers   map[conditionKey]*conditionTracker
+	// backlogs are what each flow's watching agent last answered of the backlogs its backlog
+	// conditions read (backlogWatcher).
+	backlogs map[types.NamespacedName]pausewhen.BacklogFigures
 }
 
 type conditionKey struct {
@@ -116,12 +120,12 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 		interval := durationOr(cond.Interval, DefaultConditionInterval)
 		// Due after interval, or at once if the clock went back (an NTP step) past the last reading.
 		if t.evaluated.IsZero() || !now.Before(t.evaluated.Add(interval)) || now.Before(t.evaluated) {
-			reading := cs.read(ctx, flow.Namespace, cond, interval, now)
+			reading := cs.read(ctx, flow, cond, interval, now)
 			t.evaluated = now
 			if t.Observe(reading) {
 				out.changed = append(out.changed, t.Describe(cond.Name))
 			}
-			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil || cond.HTTP != nil, t, reading)
+			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil || cond.HTTP != nil || cond.Backlog != nil, t, reading)
 		}
 		// A run under way completes at a reading, so the next reading is the next change.
 		next := t.evaluated.Add(interval)
@@ -188,14 +192,42 @@ func (cs *Conditions) forgetFlow(flow types.NamespacedName) {
 			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
 		}
 	}
+	delete(cs.backlogs, flow)
+}
+
+// keepBacklogFigures records what the flow's watching agent answered, for the next reading of
+// its backlog conditions; a flow without them keeps nothing.
+func (cs *Conditions) keepBacklogFigures(flow *subflowv1.SubscriptionFlow, f pausewhen.BacklogFigures) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(backlogSubscriptions(flow)) == 0 {
+		delete(cs.backlogs, flowKey(flow))
+		return
+	}
+	if cs.backlogs == nil {
+		cs.backlogs = map[types.NamespacedName]pausewhen.BacklogFigures{}
+	}
+	cs.backlogs[flowKey(flow)] = f
+}
+
+func (cs *Conditions) backlogFigures(flow *subflowv1.SubscriptionFlow) pausewhen.BacklogFigures {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if f, ok := cs.backlogs[flowKey(flow)]; ok {
+		return f
+	}
+	return pausewhen.BacklogFigures{Missing: "no agent has been asked yet"}
 }
 
 // read takes a reading of cond's source, shared with every flow that asks the same within
-// interval.
-func (cs *Conditions) read(ctx context.Context, namespace string, cond subflowv1.PauseCondition, interval time.Duration, now time.Time) pausewhen.Reading {
+// interval (a backlog is the flow's own agent's answer, read from memory).
+func (cs *Conditions) read(ctx context.Context, flow *subflowv1.SubscriptionFlow, cond subflowv1.PauseCondition, interval time.Duration, now time.Time) pausewhen.Reading {
 	ctx, cancel := context.WithTimeout(ctx, min(interval, maxConditionRead))
 	defer cancel()
+	namespace := flow.Namespace
 	switch {
+	case cond.Backlog != nil:
+		return backlogSourceOf(cond.Backlog).Judge(cs.backlogFigures(flow), backlogStaleAfter(interval), now)
 	case cond.Kubernetes != nil:
 		src := pausewhen.ObjectCondition{APIVersion: cond.Kubernetes.APIVersion, Kind: cond.Kubernetes.Kind, Namespace: namespace,
 			Name: cond.Kubernetes.Name, ConditionType: cond.Kubernetes.ConditionType, Status: cond.Kubernetes.Status}
@@ -245,6 +277,23 @@ func probeOf(namespace string, h *subflowv1.HTTPSource, interval time.Duration) 
 		p.Healthy = pausewhen.StatusRange{Min: int(h.HealthyStatus.Min), Max: int(h.HealthyStatus.Max)}
 	}
 	return p
+}
+
+// backlogStaleAfter is how old a backlog figure may be: the agent reads it again every
+// protocol.DefaultBacklogRefresh, and the controller asks at every interval. (The agent's
+// clock stamps the figures: a node's clock more than this off the controller's reads stale.)
+func backlogStaleAfter(interval time.Duration) time.Duration {
+	return 2 * max(interval, protocol.DefaultBacklogRefresh)
+}
+
+func backlogSourceOf(b *subflowv1.BacklogSource) pausewhen.Backlog {
+	above := float64(b.Above)
+	t := pausewhen.Thresholds{Above: &above}
+	if b.ResumeBelow != nil {
+		resume := float64(*b.ResumeBelow)
+		t.ResumeBelow = &resume
+	}
+	return pausewhen.Backlog{Subscription: b.Subscription, Thresholds: t}
 }
 
 func thresholdsOf(p *subflowv1.PrometheusSource) pausewhen.Thresholds {

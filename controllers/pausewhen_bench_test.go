@@ -16,7 +16,7 @@ import (
 
 // realTime makes the reconciler's clock follow the wall clock while a benchmark runs, so that
 // conditions fall due, and the controller requeues them, as in production.
-func realTime(b *testing.B) {
+func realTime(b testing.TB) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
+	"github.com/subflow-dev/subflow/internal/podsim"
 )
 
 // dependency creates a Deployment standing for what the consumers depend on, with its
@@ -262,4 +264,94 @@ func TestOverrideAndStoppedWinOverACondition(t *testing.T) {
 	waitFlow(t, flow, "no condition, no AutoPaused", func(f *subflowv1.SubscriptionFlow) bool {
 		return f.Status.EffectiveState == subflowv1.StateRunning && len(f.Status.PauseWhen) == 0 && condition(f, subflowv1.ConditionAutoPaused) == nil
 	})
+}
+
+// The watermark case: a low-priority subscription gives way while a high-priority one on the
+// same topic lags. The pod's agent reads the other subscription's backlog from the broker's
+// admin API and answers with it; past the threshold the flow pauses, and once the other
+// subscription has caught up (at or below resumeBelow for resumeAfter) it runs again, with
+// nothing delivered meanwhile and nothing lost.
+func TestFlowGivesWayWhileAnotherSubscriptionLags(t *testing.T) {
+	// The agent stamps its figures with the wall clock, and the controller judges their age by
+	// its own: here both follow the wall clock, and the controller reads every second itself.
+	realTime(t)
+	ns := namespace(t, true)
+	topic := "shared-" + ns
+	fast := subscribe(t, topic, "orders-fast") // the high-priority subscription, not consuming yet
+	p := startPodWith(t, ns, podsim.Options{Name: "worker-0", Token: testToken, Topic: topic, BacklogRefresh: 100 * time.Millisecond})
+	flow := newFlow(ns, "low-priority", topic, subflowv1.StateRunning)
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{{Name: "fast-lags", Interval: &metav1.Duration{Duration: time.Second},
+		ResumeAfter: &metav1.Duration{Duration: 10 * time.Second},
+		Backlog: &subflowv1.BacklogSource{Subscription: "orders-fast", Above: 5, ResumeBelow: new(int64(1))}}}
+	create(t, flow)
+	step := func(what string, cond func(*subflowv1.SubscriptionFlow) bool) *subflowv1.SubscriptionFlow {
+		t.Helper()
+		var got *subflowv1.SubscriptionFlow
+		eventually(t, what, func() bool { got = getFlow(t, flow); return cond(got) },
+			func() string { return fmt.Sprintf("status %+v %+v", got.Status.PauseWhen, got.Status.Conditions) })
+		return got
+	}
+	step("the other subscription read empty", func(f *subflowv1.SubscriptionFlow) bool {
+		st := conditionStatusOf(f)
+		return !st.Holds && st.Seen == "0 messages wait" && st.Error == "" && f.Status.EffectiveState == subflowv1.StateRunning
+	})
+
+	produce(t, topic, "burst", 10) // the worker takes them; orders-fast lags by 10
+	got := step("paused while orders-fast lags", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StatePaused && f.Status.StateSource == subflowv1.SourceCondition &&
+			isTrue(f, subflowv1.ConditionAutoPaused)
+	})
+	if msg := condition(got, subflowv1.ConditionAutoPaused).Message; !strings.Contains(msg, "condition fast-lags holds: 10 messages wait") {
+		t.Errorf("AutoPaused says %q, want it to name the condition and the backlog seen", msg)
+	}
+	eventually(t, "the pod's consumer paused", func() bool { return p.Consumer.State() == protocol.Paused })
+	received := totalReceived(p)
+	produce(t, topic, "during", 3)
+
+	drain(t, fast, 13) // orders-fast catches up
+	step("the first reading at or below resumeBelow", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionAutoPaused)
+		return c != nil && strings.Contains(c.Message, "resumes at")
+	})
+	if n := totalReceived(p); n != received {
+		t.Fatalf("the application received %d messages while orders-fast lagged", n-received)
+	}
+	step("resumed after resumeAfter of a caught-up orders-fast", func(f *subflowv1.SubscriptionFlow) bool {
+		return f.Status.EffectiveState == subflowv1.StateRunning && !conditionStatusOf(f).Holds
+	})
+	waitEvent(t, ns, "low-priority", "AutoResumed", 1)
+	eventually(t, "every message delivered", func() bool { return totalReceived(p) == 13 },
+		func() string { return fmt.Sprintf("%d received", totalReceived(p)) })
+}
+
+// subscribe creates a durable subscription with a consumer of its own on the suite's broker.
+func subscribe(t *testing.T, topic, subscription string) pulsar.Consumer {
+	t.Helper()
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: broker.ServiceURL(), Logger: nopLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	consumer, err := c.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: subscription, Type: pulsar.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(consumer.Close)
+	return consumer
+}
+
+// drain receives and acknowledges n messages.
+func drain(t *testing.T, c pulsar.Consumer, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range n {
+		msg, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatalf("draining %s: %v", c.Subscription(), err)
+		}
+		if err := c.Ack(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -223,8 +223,10 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	obs := observation{Effective: eff, Conditions: conditions, Revision: nextRevision(flow, eff), Now: now, TokenRef: tokenRefText(flow), Tokens: tokens,
 		PreviousRevision: flow.Status.Revision, PreviousAgents: flow.Status.Agents, HeldBy: kept, Unreleased: unreleased, BacklogLeadTime: r.backlogLeadTime()}
 	obs.Executor = keptExecutor(flow, live)
-	obs.Reporter = backlogReporter(flow, eff.State, live)
+	obs.Reporter, obs.Subscription = backlogReporter(flow, eff.State, live), flow.Spec.Subscription
+	obs.Watcher, obs.WatcherMissing = backlogWatcher(flow, live)
 	r.pushRevision(ctx, flow, live, target, &obs)
+	r.Conditions.keepBacklogFigures(flow, backlogFiguresOf(obs.Watcher, obs.WatcherMissing, obs.Outcomes))
 	r.startSeekIfPending(ctx, flow, live, target, &obs)
 	obs.Orphaned = r.orphanedRules(ctx, obs.Outcomes)
 	obs.Selector = metav1.FormatLabelSelector(&flow.Spec.Selector)
@@ -254,6 +256,9 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 	request := func(pod string) protocol.FlowRequest {
 		req := desiredRequest(flow, obs.Effective, obs.Revision, pod == obs.Executor)
 		req.ReportBacklog = pod == obs.Reporter
+		if pod == obs.Watcher {
+			req.BacklogOf = backlogSubscriptions(flow)
+		}
 		return req
 	}
 	key, fresh := flowKey(flow), r.answersFresh(obs.Effective.State, len(pods))

@@ -73,6 +73,11 @@ type observation struct {
 	Unreleased []string
 	// Reporter is the pod asked to read the subscription's backlog.
 	Reporter string
+	// Subscription is the flow's, whose figures the reporter's answer holds beside others'.
+	Subscription string
+	// Watcher is the pod asked for the backlogs the flow's backlog conditions read; when
+	// there is none, WatcherMissing says why.
+	Watcher, WatcherMissing string
 	// BacklogLeadTime is how early BacklogAtRisk warns of a predicted deletion.
 	BacklogLeadTime time.Duration
 	// Orphaned are the UIDs of rules agents reported holding consumers whose flow is gone.
@@ -88,7 +93,7 @@ type observation struct {
 func (obs observation) backlogRisk() *backlogRisk {
 	for _, o := range obs.Outcomes {
 		if o.Pod == obs.Reporter && o.Status != nil {
-			return assessBacklog(o.Pod, o.Status.Backlog, obs.Now, obs.BacklogLeadTime)
+			return assessBacklog(o.Pod, obs.Subscription, o.Status.Backlog, obs.Now, obs.BacklogLeadTime)
 		}
 	}
 	return nil

@@ -136,6 +136,10 @@ type FlowRequest struct {
 	BacklogOf []string `json:"backlogOf,omitempty"`
 }
 
+// DefaultBacklogRefresh is how often an agent reads a watched backlog again by default, so
+// how old the figures of an answer may be: the controller judges their staleness by it.
+const DefaultBacklogRefresh = 30 * time.Second
+
 // MaxBacklogOf bounds FlowRequest.BacklogOf, so that an answer holds at most the rule's topics'
 // entries times 1 + MaxBacklogOf subscriptions.
 const MaxBacklogOf = 8

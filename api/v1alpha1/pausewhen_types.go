@@ -40,8 +40,8 @@ const (
 
 // PauseCondition is one reason for a flow to pause itself: while it holds, a Running flow is
 // Paused (a Stopped one stays Stopped, and the override annotation still wins). Set exactly one
-// source: kubernetes, prometheus or http.
-// +kubebuilder:validation:XValidation:rule="[has(self.kubernetes), has(self.prometheus), has(self.http)].filter(x, x).size() == 1",message="set exactly one source: kubernetes, prometheus or http"
+// source: kubernetes, prometheus, http or backlog.
+// +kubebuilder:validation:XValidation:rule="[has(self.kubernetes), has(self.prometheus), has(self.http), has(self.backlog)].filter(x, x).size() == 1",message="set exactly one source: kubernetes, prometheus, http or backlog"
 type PauseCondition struct {
 	// name identifies the condition in status, events and metrics.
 	// +required
@@ -64,6 +64,13 @@ type PauseCondition struct {
 	// outside the healthy range, or does not answer in time (as a kubelet's probe judges).
 	// +optional
 	HTTP *HTTPSource `json:"http,omitempty"`
+
+	// backlog holds while another subscription on the flow's topics has more messages waiting
+	// than a threshold: a low-priority consumer gives way while a high-priority one lags. One
+	// agent of the flow's pods reads it from the broker's admin API (an agent of protocol 3 or
+	// later), so the figures may lag by that agent's refresh period (30s by default).
+	// +optional
+	Backlog *BacklogSource `json:"backlog,omitempty"`
 
 	// interval is how often the source is read; at least 1s. Defaults to 10s.
 	// +optional
@@ -159,6 +166,30 @@ type PrometheusSource struct {
 	// resumeAbove: healthy again once the value is at or above it (default: below).
 	// +optional
 	ResumeAbove *resource.Quantity `json:"resumeAbove,omitempty"`
+}
+
+// BacklogSource is the backlog of another subscription on the flow's topics (summed over the
+// topic's partitions, or over the topics the flow's consumers name when spec.topic is empty),
+// in messages, with the threshold it is judged by and the one at which it is healthy again.
+// +kubebuilder:validation:XValidation:rule="!has(self.resumeBelow) || self.resumeBelow <= self.above",message="resumeBelow must not exceed above"
+type BacklogSource struct {
+	// subscription whose backlog is read; not the flow's own (pausing it would grow the
+	// backlog that keeps it paused).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[\\x00-\\x1f\\x7f]')",message="subscription must not hold control characters"
+	Subscription string `json:"subscription"`
+
+	// above: the dependency is unhealthy while more messages than this wait.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Above int64 `json:"above"`
+
+	// resumeBelow: healthy again once at most this many messages wait (default: above).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ResumeBelow *int64 `json:"resumeBelow,omitempty"`
 }
 
 // HTTPSource is a probe of a Service in the flow's namespace: an HTTP GET of path on one of its

@@ -30,6 +30,10 @@ func paymentsProbe() subflowv1.PauseCondition {
 		Service: subflowv1.HTTPServiceReference{Name: "payments", Port: intstr.FromString("http")}}}
 }
 
+func fastLags() subflowv1.PauseCondition {
+	return subflowv1.PauseCondition{Name: "fast-lags", Backlog: &subflowv1.BacklogSource{Subscription: "orders-fast", Above: 10000}}
+}
+
 func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
@@ -38,8 +42,8 @@ func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 		mutate  func(*subflowv1.PauseCondition)
 		wantErr string
 	}{
-		{"no source", func(c *subflowv1.PauseCondition) { c.Kubernetes = nil }, "set exactly one source: kubernetes, prometheus or http"},
-		{"two sources", func(c *subflowv1.PauseCondition) { c.Prometheus = lagAbove("1").Prometheus }, "set exactly one source: kubernetes, prometheus or http"},
+		{"no source", func(c *subflowv1.PauseCondition) { c.Kubernetes = nil }, "set exactly one source: kubernetes, prometheus, http or backlog"},
+		{"two sources", func(c *subflowv1.PauseCondition) { c.Prometheus = lagAbove("1").Prometheus }, "set exactly one source: kubernetes, prometheus, http or backlog"},
 		{"a probe beside an object", func(c *subflowv1.PauseCondition) { c.HTTP = paymentsProbe().HTTP }, "set exactly one source"},
 		{"a name that is not a DNS label", func(c *subflowv1.PauseCondition) { c.Name = "Orders DB" }, "spec.pauseWhen[0].name"},
 		{"sub-second interval", func(c *subflowv1.PauseCondition) { c.Interval = dur(500 * time.Millisecond) }, "interval must be from 1s to 1h"},
@@ -85,6 +89,23 @@ func TestAPIServerRefusesPauseConditionsThatMakeNoSense(t *testing.T) {
 			*c = paymentsProbe()
 			c.HTTP.Scheme = "gopher"
 		}, `Unsupported value: "gopher"`},
+		{"a backlog beside an object", func(c *subflowv1.PauseCondition) { c.Backlog = fastLags().Backlog }, "set exactly one source"},
+		{"a backlog of the flow's own subscription", func(c *subflowv1.PauseCondition) {
+			*c = fastLags()
+			c.Backlog.Subscription = validFlow("x").Spec.Subscription
+		}, "a backlog condition reads another subscription than the flow's own"},
+		{"a backlog subscription with a newline", func(c *subflowv1.PauseCondition) {
+			*c = fastLags()
+			c.Backlog.Subscription = "orders\nfast"
+		}, "subscription must not hold control characters"},
+		{"a negative backlog threshold", func(c *subflowv1.PauseCondition) {
+			*c = fastLags()
+			c.Backlog.Above = -1
+		}, "spec.pauseWhen[0].backlog.above"},
+		{"a backlog resuming above its trip", func(c *subflowv1.PauseCondition) {
+			*c = fastLags()
+			c.Backlog.ResumeBelow = ptr(int64(20000))
+		}, "resumeBelow must not exceed above"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,7 +156,9 @@ func TestAPIServerAcceptsPauseConditionsAndDefaults(t *testing.T) {
 	numeric.HTTP.Scheme = "HTTPS"
 	numeric.HTTP.HealthyStatus = &subflowv1.StatusRange{Min: 200, Max: 299}
 	numeric.HTTP.Timeout = &metav1.Duration{Duration: 500 * time.Millisecond}
-	flow.Spec.PauseWhen = []subflowv1.PauseCondition{dbDown(), lag, paymentsProbe(), numeric}
+	backlog := fastLags()
+	backlog.Backlog.ResumeBelow = ptr(int64(1000))
+	flow.Spec.PauseWhen = []subflowv1.PauseCondition{dbDown(), lag, paymentsProbe(), numeric, backlog}
 	if err := k8s.Create(ctx, flow); err != nil {
 		t.Fatalf("valid conditions refused: %v", err)
 	}
@@ -154,3 +177,5 @@ func TestAPIServerAcceptsPauseConditionsAndDefaults(t *testing.T) {
 		t.Errorf("probe defaults: scheme %q, path %q, port %s; want HTTP, /, http", h.Scheme, h.Service.Path, h.Service.Port.String())
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -75,6 +75,7 @@ const MaxWindowDuration = 7 * 24 * time.Hour
 const MaxHolders = 10000
 
 // SubscriptionFlowSpec is the desired flow of one Pulsar subscription in the selected pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.pauseWhen) || self.pauseWhen.all(c, !has(c.backlog) || c.backlog.subscription != self.subscription)",message="a backlog condition reads another subscription than the flow's own: pausing would grow the backlog that keeps it paused"
 // +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && size(self.topic) > 0)",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
 type SubscriptionFlowSpec struct {
 	// selector chooses the consumer pods whose agents apply this flow. It must not be empty:

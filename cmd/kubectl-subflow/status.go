@@ -270,6 +270,8 @@ func describeSource(c subflowv1.PauseCondition) string {
 			scheme = "https"
 		}
 		return fmt.Sprintf("%s Service %s:%s%s not %s", scheme, h.Service.Name, h.Service.Port.String(), oneLine(h.Service.Path), healthy)
+	case c.Backlog != nil:
+		return fmt.Sprintf("backlog of %s > %d", oneLine(c.Backlog.Subscription), c.Backlog.Above)
 	}
 	return "no source"
 }

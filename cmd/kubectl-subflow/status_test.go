@@ -162,6 +162,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 				Name: "cache", ConditionType: "Ready", Status: "False"}},
 			{Name: "payments", HTTP: &subflowv1.HTTPSource{Service: subflowv1.HTTPServiceReference{Name: "payments",
 				Port: intstr.FromString("http"), Path: "/ready"}}},
+			{Name: "fast-lags", Backlog: &subflowv1.BacklogSource{Subscription: "orders-fast", Above: 10000}},
 		}
 	})
 	since := metav1.NewTime(time.Now().Add(-30 * time.Minute)) // "30m": from 10 minutes on, a second late prints the same
@@ -172,6 +173,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 				{Name: "orders-db-down", Holds: true, Since: &since, Seen: "Available=False"},
 				{Name: "lag", Error: `query "max(lag_seconds)" returned 0 series, want 1`},
 				{Name: "payments", Seen: "HTTP 200"},
+				{Name: "fast-lags", Seen: "12 messages wait"},
 			},
 			Conditions: []metav1.Condition{condition(subflowv1.ConditionAutoPaused, metav1.ConditionTrue, subflowv1.ReasonConditionHolds,
 				"condition orders-db-down holds: Available=False")},
@@ -186,6 +188,7 @@ func TestStatusShowsWhyAFlowPausedItself(t *testing.T) {
 		`                 lag (max(lag_seconds) > 30): does not hold, last reading failed: query "max(lag_seconds)" returned 0 series, want 1, read every 10s` + "\n",
 		"                 new (StatefulSet cache Ready=False): not evaluated yet\n",
 		"                 payments (http Service payments:http/ready not 200-399): does not hold, seen HTTP 200, read every 10s\n",
+		"                 fast-lags (backlog of orders-fast > 10000): does not hold, seen 12 messages wait, read every 10s\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)

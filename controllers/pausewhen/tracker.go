@@ -132,8 +132,9 @@ type Tracker struct {
 	// run is when the current run of readings toward the other decision began (zero: none).
 	run  time.Time
 	last Reading
-	// decided is the reading that took the decision, or the first reading before any: what
-	// a status shows, which then changes with decisions, not with every reading.
+	// decided is the reading that took the decision, or the first reading before any (the
+	// first that worked, if one failed before): what a status shows, which then changes with
+	// decisions, not with every reading.
 	decided Reading
 	read    bool
 }
@@ -159,7 +160,9 @@ func (t *Tracker) Decided() Reading { return t.decided }
 // changed.
 func (t *Tracker) Observe(r Reading) (changed bool) {
 	t.last = r
-	if !t.read {
+	// The first reading, or the first that worked after a failure: a source that failed at
+	// first and answers since is explained by what it answers, not by the old failure.
+	if !t.read || (t.decided.Err != nil && r.Err == nil) {
 		t.decided, t.read = r, true
 	}
 	v := r.Verdict

@@ -189,6 +189,16 @@ func TestTrackerDescribeNamesWhatDecided(t *testing.T) {
 	if got, want := first.Describe("lag"), "condition lag does not hold: unknown (no such host)"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
+	// A source that failed at first and answers since: what it answers explains the decision,
+	// not the old failure (a status that would say "unknown" for as long as nothing changes).
+	first.Observe(Reading{Verdict: Healthy, Seen: "0.2", At: start.Add(10 * time.Second)})
+	if got, want := first.Describe("lag"), "condition lag does not hold: 0.2"; got != want || first.Decided().Seen != "0.2" {
+		t.Errorf("%q (seen %q), want %q", got, first.Decided().Seen, want)
+	}
+	first.Observe(Reading{Verdict: Healthy, Seen: "0.3", At: start.Add(20 * time.Second)})
+	if got := first.Decided().Seen; got != "0.2" {
+		t.Errorf("the decided reading moved to %q at a reading that decided nothing, want 0.2 kept", got)
+	}
 }
 
 // A clock stepped back (an NTP correction) must not freeze a run toward a change: the run

@@ -52,6 +52,9 @@ type Options struct {
 	// reaches ServiceURL through an in-process agent/sidecar, whose control server is the
 	// pod's; StrictPause is the sidecar's strict mode.
 	Sidecar, StrictPause bool
+	// BacklogRefresh is how often the agent reads a watched backlog again (zero: the agent's
+	// default).
+	BacklogRefresh time.Duration
 }
 
 // receiver is what the application consumes from: the agent's consumer, or the client's own
@@ -87,7 +90,8 @@ func Start(opts Options) (*Pod, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated && !opts.Sidecar}
+	agentOpts := agent.Options{Name: opts.Name, AdminURL: opts.AdminURL, StartGated: opts.StartGated && !opts.Sidecar,
+		BacklogRefresh: opts.BacklogRefresh}
 	controlOpts := control.Options{Token: opts.Token, TokenFile: opts.TokenFile, TLSCertFile: opts.TLSCertFile, TLSKeyFile: opts.TLSKeyFile}
 	if opts.Metrics != nil {
 		agentOpts.Registerer, controlOpts.Gatherer = opts.Metrics, opts.Metrics
