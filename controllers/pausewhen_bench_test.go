@@ -1,9 +1,17 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -98,4 +106,103 @@ func benchAvailable(b *testing.B, d *appsv1.Deployment, available corev1.Conditi
 	if err := k8s.Status().Update(context.Background(), d); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkConditionEvaluation measures what 1000 flows, each with one kubernetes condition read
+// every 10 s, cost the controller once their first readings are in: the API server's GETs of
+// the conditions' objects per interval (goal: one per distinct object, here 10, since flows
+// asking the same share a reading), every API request the controller makes per interval, and
+// the controller's CPU per interval (this process: the controller is the only work in it, the
+// API server and etcd run apart). The flows match no pod, so the figures are the conditions'
+// alone. Measured over 3 intervals of the wall clock.
+func BenchmarkConditionEvaluation(b *testing.B) {
+	const flows, objects, interval = 1000, 10, 10 * time.Second
+	realTime(b)
+	ns := namespace(b, true)
+	for i := range objects {
+		benchDependency(b, ns, fmt.Sprintf("db-%d", i))
+	}
+	for i := range flows {
+		flow := newFlow(ns, fmt.Sprintf("flow-%04d", i), "eval-"+ns, subflowv1.StateRunning)
+		flow.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "none"}}
+		flow.Spec.PauseWhen = []subflowv1.PauseCondition{{Name: "db-down", Interval: &metav1.Duration{Duration: interval},
+			Kubernetes: &subflowv1.ObjectConditionSource{APIVersion: "apps/v1", Kind: "Deployment", Name: fmt.Sprintf("db-%d", i%objects),
+				ConditionType: "Available", Status: "False"}}}
+		if err := k8s.Create(context.Background(), flow); err != nil {
+			b.Fatal(err)
+		}
+	}
+	testkit.Poll{Within: 5 * time.Minute, Every: time.Second}.Eventually(b, "every flow's first reading", func() bool {
+		var list subflowv1.SubscriptionFlowList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		read := 0
+		for _, f := range list.Items {
+			if len(f.Status.PauseWhen) == 1 && f.Status.PauseWhen[0].Seen == "Available=True" {
+				read++
+			}
+		}
+		return read == flows
+	})
+	const window = 3 * interval
+	b.ResetTimer()
+	gets, all := apiRequests(b)
+	cpu := processCPU(b)
+	start := time.Now()
+	<-time.After(window) // a measuring window of the wall clock, not a wait for an event
+	elapsed := time.Since(start)
+	gets2, all2 := apiRequests(b)
+	cpu2 := processCPU(b)
+	b.StopTimer()
+	intervals := float64(elapsed) / float64(interval)
+	b.ReportMetric(float64(gets2-gets)/intervals, "object-gets/interval")
+	b.ReportMetric(float64(objects), "distinct-objects")
+	b.ReportMetric(float64(all2-all)/intervals, "api-requests/interval")
+	b.ReportMetric(testkit.Millis(cpu2-cpu)/intervals, "cpu-ms/interval")
+	b.ReportMetric(float64(flows), "flows")
+}
+
+// apiRequests reads the API server's request counters: GETs of Deployments, and every request
+// but the watches (which stay open) and the test's own reads of these metrics.
+func apiRequests(b *testing.B) (deploymentGets, all int64) {
+	b.Helper()
+	cs, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		n := int64(m.GetCounter().GetValue())
+		if labels["verb"] == "WATCH" || labels["verb"] == "CONNECT" || labels["resource"] == "" && labels["verb"] == "GET" {
+			continue
+		}
+		all += n
+		if labels["resource"] == "deployments" && labels["verb"] == "GET" {
+			deploymentGets += n
+		}
+	}
+	return deploymentGets, all
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

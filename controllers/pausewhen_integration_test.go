@@ -282,7 +282,7 @@ func TestFlowGivesWayWhileAnotherSubscriptionLags(t *testing.T) {
 	flow := newFlow(ns, "low-priority", topic, subflowv1.StateRunning)
 	flow.Spec.PauseWhen = []subflowv1.PauseCondition{{Name: "fast-lags", Interval: &metav1.Duration{Duration: time.Second},
 		ResumeAfter: &metav1.Duration{Duration: 10 * time.Second},
-		Backlog: &subflowv1.BacklogSource{Subscription: "orders-fast", Above: 5, ResumeBelow: new(int64(1))}}}
+		Backlog:     &subflowv1.BacklogSource{Subscription: "orders-fast", Above: 5, ResumeBelow: new(int64(1))}}}
 	create(t, flow)
 	step := func(what string, cond func(*subflowv1.SubscriptionFlow) bool) *subflowv1.SubscriptionFlow {
 		t.Helper()

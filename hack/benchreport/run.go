@@ -53,9 +53,10 @@ func benchArgs(o options) []string {
 	return args
 }
 
-// isolated are benchmarks that measure a whole process (its memory, the controller's full
-// resync) and so run alone in a go test process of their own, not after others in the same one.
-var isolated = []string{"BenchmarkFullResync"}
+// isolated are benchmarks that measure a whole process (its memory, its CPU, the controller's
+// full resync) or the controller's own requeues on the wall clock, and so run alone in a go test
+// process of their own, not after others in the same one (whose flows would still reconcile).
+var isolated = []string{"BenchmarkFullResync", "BenchmarkConditionPause", "BenchmarkConditionEvaluation"}
 
 var isolatedPattern = "^(" + strings.Join(isolated, "|") + ")$"
 

@@ -81,6 +81,12 @@ var targets = []Target{
 	{Text: "Pause propagation through sidecars, 10 pods (context)", Benchmark: `^BenchmarkPausePropagation/sidecars=10$`, Unit: "p99-ms"},
 	{Text: "Release: a relabelled pod's agent released, p99 <= 1 s", Benchmark: `^BenchmarkReleaseAfterRelabel$`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "New matched pod reached by the controller, p99 (context)", Benchmark: `^BenchmarkNewPodReached$`, Unit: "p99-ms"},
+	// Pause by condition (issue 41).
+	{Text: "Pause by condition: dependency unavailable -> every one of 10 agents Paused, read every 1 s: p99 <= interval + 1 s", Benchmark: `^BenchmarkConditionPause$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 2000},
+	{Text: "Pause by condition: the same per agent, p50 (context)", Benchmark: `^BenchmarkConditionPause$`, Unit: "p50-ms"},
+	{Text: "Conditions, 1000 flows x 1 condition every 10 s on 10 objects: object reads per interval <= 2 per object read", Benchmark: `^BenchmarkConditionEvaluation$`, Unit: "object-gets/interval", Cmp: "<=", Threshold: 20},
+	{Text: "Conditions, 1000 flows x 1 condition every 10 s: API requests per interval, all (context)", Benchmark: `^BenchmarkConditionEvaluation$`, Unit: "api-requests/interval"},
+	{Text: "Conditions, 1000 flows x 1 condition every 10 s: controller CPU per interval (context)", Benchmark: `^BenchmarkConditionEvaluation$`, Unit: "cpu-ms/interval"},
 	{Text: "Schedule math: worst accepted spec per evaluation, p99 <= 5 ms", Benchmark: `^BenchmarkWorstAcceptedSchedule$`, Unit: "p99-ms", Cmp: "<=", Threshold: 5},
 	{Text: "Hostile clients: authenticated push with 500 slow-body connections open, p99 <= 1 s", Benchmark: `^BenchmarkPushUnderSlowClients`, Unit: "p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Chaos, long run: >= 1000 random operations", Benchmark: `^BenchmarkLongRun$`, Unit: "operations", Cmp: ">=", Threshold: 1000},
