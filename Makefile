@@ -27,9 +27,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Generate the CRD, RBAC and webhook manifests from markers.
+manifests: ## Generate the CRD, RBAC and webhook manifests and the API reference from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 	$(MAKE) --no-print-directory chart-files
+	$(MAKE) --no-print-directory api-docs
 
 # The Helm chart's copies of generated and monitoring manifests (go test ./charts/ fails when they differ).
 CHART_FILES = charts/subflow/files
@@ -39,6 +40,13 @@ chart-files: ## Copy the CRD, manager role, webhook configurations and config/mo
 	cp config/rbac/role.yaml $(CHART_FILES)/manager-role.yaml
 	cp config/webhook/manifests.yaml $(CHART_FILES)/webhooks.yaml
 	cp config/monitoring/prometheusrule.yaml config/monitoring/grafana-dashboard.json $(CHART_FILES)/
+
+# The API reference, from api/v1alpha1's doc comments and markers (crd-ref-docs from go.mod, our
+# templates in hack/api-docs); CI's "make manifests generate leaves no diff" keeps it current.
+.PHONY: api-docs
+api-docs: ## Write docs/api.md, the API reference, from the Go types in api/v1alpha1.
+	$(GO) tool crd-ref-docs --log-level=WARN --renderer=markdown --source-path=./api/v1alpha1 \
+		--config=hack/api-docs/config.yaml --templates-dir=hack/api-docs/templates/markdown --output-path=docs/api.md
 
 .PHONY: generate
 generate: ## Generate deepcopy code and the test broker's protobuf code.
