@@ -115,20 +115,31 @@ type conditionOutcome struct {
 // (a controller that restarts keeps a pause its predecessor decided).
 func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.SubscriptionFlow, now time.Time) conditionOutcome {
 	var out conditionOutcome
-	for _, cond := range flow.Spec.PauseWhen {
-		t := cs.tracker(flow, cond)
+	conds := flow.Spec.PauseWhen
+	trackers := make([]*conditionTracker, len(conds))
+	readings := make([]*pausewhen.Reading, len(conds))
+	// The due conditions are read together: one after the other, a flow's reconcile would
+	// last the sum of its reads (up to 8 x 5 s with its sources hanging).
+	var reads sync.WaitGroup
+	for i, cond := range conds {
+		trackers[i] = cs.tracker(flow, cond)
 		interval := durationOr(cond.Interval, DefaultConditionInterval)
-		// Due after interval, or at once if the clock went back (an NTP step) past the last reading.
-		if t.evaluated.IsZero() || !now.Before(t.evaluated.Add(interval)) || now.Before(t.evaluated) {
-			reading := cs.read(ctx, flow, cond, interval, now)
+		if due(trackers[i].evaluated, interval, now) {
+			reads.Go(func() { r := cs.read(ctx, flow, cond, interval, now); readings[i] = &r })
+		}
+	}
+	reads.Wait()
+	for i, cond := range conds {
+		t := trackers[i]
+		if r := readings[i]; r != nil {
 			t.evaluated = now
-			if t.Observe(reading) {
+			if t.Observe(*r) {
 				out.changed = append(out.changed, t.Describe(cond.Name))
 			}
-			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil || cond.HTTP != nil || cond.Backlog != nil, t, reading)
+			recordConditionMetrics(flow, cond.Name, cond.Prometheus != nil || cond.HTTP != nil || cond.Backlog != nil, t, *r)
 		}
 		// A run under way completes at a reading, so the next reading is the next change.
-		next := t.evaluated.Add(interval)
+		next := t.evaluated.Add(durationOr(cond.Interval, DefaultConditionInterval))
 		if out.next.IsZero() || next.Before(out.next) {
 			out.next = next
 		}
@@ -137,6 +148,13 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 	}
 	cs.forgetRemoved(flow)
 	return out
+}
+
+// due reports whether a condition last read at evaluated is to be read at now: after its
+// interval, at once when never read, or when the clock went back (an NTP step) past the last
+// reading.
+func due(evaluated time.Time, interval time.Duration, now time.Time) bool {
+	return evaluated.IsZero() || !now.Before(evaluated.Add(interval)) || now.Before(evaluated)
 }
 
 // tracker returns the flow's tracker of cond, made from status when this process has none,

@@ -355,3 +355,57 @@ func drain(t *testing.T, c pulsar.Consumer, n int) {
 		}
 	}
 }
+
+// A flow's conditions are read together, not one after the other: three probes of Services
+// whose server answers only once all three are waiting get their answers (one after the other,
+// each would wait alone, give up after 4 s and answer 503, pausing the flow - and the reconcile
+// would take the sum of the reads).
+func TestAFlowsConditionsAreReadTogether(t *testing.T) {
+	defer clock.SetTime(time.Now())
+	ns := namespace(t, true)
+	var arrived atomic.Int32
+	all := make(chan struct{})
+	var once sync.Once
+	barrier := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) >= 3 {
+			once.Do(func() { close(all) })
+		}
+		select {
+		case <-all:
+			w.WriteHeader(http.StatusOK)
+		case <-time.After(4 * time.Second):
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(barrier.Close)
+	flow := newFlow(ns, "together", "together-"+ns, subflowv1.StateRunning)
+	for _, name := range []string{"a", "b", "c"} {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		create(t, svc)
+		clusterIPs.routes.Store(net.JoinHostPort(svc.Spec.ClusterIP, "80"), barrier.Listener.Addr().String())
+		flow.Spec.PauseWhen = append(flow.Spec.PauseWhen, subflowv1.PauseCondition{Name: name + "-unready",
+			HTTP: &subflowv1.HTTPSource{Service: subflowv1.HTTPServiceReference{Name: name, Port: intstr.FromString("http")},
+				Timeout: &metav1.Duration{Duration: 5 * time.Second}}})
+	}
+	create(t, flow)
+	got := waitFlow(t, flow, "every condition read", func(f *subflowv1.SubscriptionFlow) bool {
+		if len(f.Status.PauseWhen) != 3 {
+			return false
+		}
+		for _, st := range f.Status.PauseWhen {
+			if st.Seen == "" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, st := range got.Status.PauseWhen {
+		if st.Seen != "HTTP 200" || st.Holds {
+			t.Errorf("condition %s read %q (holds %v), want HTTP 200: the probes were not sent together", st.Name, st.Seen, st.Holds)
+		}
+	}
+	if got.Status.EffectiveState != subflowv1.StateRunning {
+		t.Errorf("the flow is %s by %s, want Running", got.Status.EffectiveState, got.Status.StateSource)
+	}
+}

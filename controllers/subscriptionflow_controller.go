@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -172,7 +171,7 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if apierrors.IsConflict(err) {
 		return r.readAgain(ctx, flow)
 	}
-	if !equality.Semantic.DeepEqual(stored.Status, flow.Status) {
+	if statusChanged(stored.Status, flow.Status) {
 		r.writeStatus(ctx, stored, flow, seen)
 	}
 	return result, err
