@@ -19,8 +19,9 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// version is the plugin's version, set by a release build with -ldflags "-X main.version=v1.2.3";
-// otherwise the module's version from the build information.
+// version is the plugin's version, set by a release build with -ldflags "-X main.version=1.2.3"
+// (make release: its VERSION, the images' tag); otherwise the module's version from the build
+// information.
 var version string
 
 // The controller's Deployment carries these labels in both the chart and config/manager.
@@ -35,22 +36,27 @@ const (
 func (p *plugin) versionCommand() *cobra.Command {
 	var (
 		allNamespaces       bool
+		clientOnly          bool
 		controllerNamespace string
 	)
 	cmd := &cobra.Command{
-		Use:   "version [-A | -n NAMESPACE] [--controller-namespace NAMESPACE]",
+		Use:   "version [--client] [-A | -n NAMESPACE] [--controller-namespace NAMESPACE]",
 		Short: "Show the plugin's, the controller's and the agents' versions",
 		Long: `Show the plugin's version, the controller's (the image tag of its Deployment, found by the
 labels app.kubernetes.io/component=controller and app.kubernetes.io/part-of=subflow or
 app.kubernetes.io/name=subflow, in every namespace unless --controller-namespace names one),
 and the versions the agents reported in the status of the flows of the namespace (-A: of
-every namespace), counted per pod. A pod whose agent has not answered counts under "-".`,
+every namespace), counted per pod. A pod whose agent has not answered counts under "-".
+--client shows the plugin's version alone, without reaching the cluster.`,
 		Example: "  kubectl subflow version -A",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("version takes no arguments, got: %v", args)
 			}
 			fmt.Fprintf(p.stdout, "Plugin:     %s\n", pluginVersion())
+			if clientOnly {
+				return nil
+			}
 			c, namespace, err := p.connect()
 			if err != nil {
 				return err
@@ -71,6 +77,7 @@ every namespace), counted per pod. A pod whose agent has not answered counts und
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "count the agents of the flows of every namespace")
+	cmd.Flags().BoolVar(&clientOnly, "client", false, "show the plugin's version only, without reaching the cluster")
 	cmd.Flags().StringVar(&controllerNamespace, "controller-namespace", "",
 		"look for the controller's Deployment only in this namespace (default: every namespace)")
 	return cmd

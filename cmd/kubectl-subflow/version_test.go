@@ -120,6 +120,17 @@ func bindInNamespace(t *testing.T, ns, user string, rule rbacv1.PolicyRule) {
 	}
 }
 
+// version --client names the plugin's version and reaches no cluster: it succeeds with none.
+func TestVersionClientOnly(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	version = "v9.9.9"
+	defer func() { version = "" }()
+	code := run([]string{"version", "--client", "--server", "https://127.0.0.1:1"}, &stdout, &stderr)
+	if code != 0 || stdout.String() != "Plugin:     v9.9.9\n" || stderr.Len() != 0 {
+		t.Errorf("version --client without a cluster: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
 func TestVersionOfABuild(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	version = "v9.9.9"
