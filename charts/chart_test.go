@@ -528,4 +528,5 @@ func TestValuesDocumented(t *testing.T) {
 
 // freeForm are values whose content is the user's (maps passed through as they are).
 var freeForm = map[string]bool{"resources": true, "monitoring.dashboard.labels": true,
-	"monitoring.serviceMonitor.tlsConfig": true, "monitoring.podMonitor.namespaceSelector": true}
+	"monitoring.serviceMonitor.tlsConfig": true, "monitoring.podMonitor.namespaceSelector": true,
+	"monitoring.podMonitor.tlsConfig": true}

@@ -231,13 +231,23 @@ func checkMonitors(t *testing.T, objs []*unstructured.Unstructured) {
 		e["bearerTokenFile"] == nil || e["interval"] != "30s" {
 		t.Errorf("ServiceMonitor endpoint %v: want honorLabels, the metrics Service's port %v over https with Prometheus' token, interval 30s", e, servicePorts[0])
 	}
+	// One endpoint per port an agent may serve on: subflow (plain) and subflow-https (TLS, the
+	// port the controller calls over https). A pod has one of them, so each agent is scraped once.
 	podEndpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
-	if len(podEndpoints) != 1 {
-		t.Fatalf("PodMonitor endpoints %v", podEndpoints)
+	if len(podEndpoints) != 2 {
+		t.Fatalf("PodMonitor endpoints %v: want subflow and subflow-https", podEndpoints)
 	}
-	pe := podEndpoints[0].(map[string]any)
-	if pe["honorLabels"] != true || pe["port"] != "subflow" || pe["path"] != "/metrics" || pe["interval"] != "1m" {
-		t.Errorf("PodMonitor endpoint %v: want honorLabels on the agents' port subflow, interval 1m", pe)
+	for i, port := range []string{"subflow", "subflow-https"} {
+		pe := podEndpoints[i].(map[string]any)
+		if pe["honorLabels"] != true || pe["port"] != port || pe["path"] != "/metrics" || pe["interval"] != "1m" {
+			t.Errorf("PodMonitor endpoint %v: want honorLabels on the agents' port %s, interval 1m", pe, port)
+		}
+	}
+	if tls := podEndpoints[1].(map[string]any); tls["scheme"] != "https" || toJSON(t, tls["tlsConfig"]) != `{"insecureSkipVerify":true}` {
+		t.Errorf("PodMonitor endpoint %v: want subflow-https scraped over https with monitoring.podMonitor.tlsConfig", tls)
+	}
+	if plain := podEndpoints[0].(map[string]any); plain["scheme"] != nil || plain["tlsConfig"] != nil {
+		t.Errorf("PodMonitor endpoint %v: want the port subflow scraped over http", plain)
 	}
 	names, _, _ := unstructured.NestedStringSlice(pm.Object, "spec", "namespaceSelector", "matchNames")
 	if !slices.Equal(names, []string{"shop"}) {
@@ -246,5 +256,42 @@ func checkMonitors(t *testing.T, objs []*unstructured.Unstructured) {
 	expressions, _, _ := unstructured.NestedSlice(pm.Object, "spec", "selector", "matchExpressions")
 	if toJSON(t, expressions) != `[{"key":"subflow.dev/inject","operator":"Exists"}]` {
 		t.Errorf("PodMonitor selects %s, want the pods labelled subflow.dev/inject", toJSON(t, expressions))
+	}
+}
+
+// TestSidecarImageFollowsTheController: the sidecar the webhook injects into new pods is of the
+// controller's release (image.tag, else the chart's appVersion) unless webhook.sidecarImage names a
+// tag or a digest, so that helm upgrade moves both; empty leaves sidecar pods unwired.
+func TestSidecarImageFollowsTheController(t *testing.T) {
+	app := chartAppVersion(t)
+	digest := "sha256:" + strings.Repeat("0a", 32)
+	for _, tc := range []struct {
+		values []string
+		want   string // --sidecar-image's value; empty: no flag
+	}{
+		{nil, "subflow-sidecar:" + app},
+		{[]string{"image.tag=v1.2.3"}, "subflow-sidecar:v1.2.3"},
+		{[]string{"webhook.sidecarImage=myregistry:5000/team/subflow-sidecar"}, "myregistry:5000/team/subflow-sidecar:" + app},
+		{[]string{"image.tag=v1.2.3", "webhook.sidecarImage=team/subflow-sidecar"}, "team/subflow-sidecar:v1.2.3"},
+		{[]string{"image.tag=v1.2.3", "webhook.sidecarImage=team/subflow-sidecar:v1.1.0"}, "team/subflow-sidecar:v1.1.0"},
+		{[]string{"webhook.sidecarImage=team/subflow-sidecar@" + digest}, "team/subflow-sidecar@" + digest},
+		{[]string{"webhook.sidecarImage="}, ""},
+	} {
+		t.Run(strings.Join(tc.values, ","), func(t *testing.T) {
+			_, args := container(t, find(render(t, "subflow", "subflow-system", tc.values...), "Deployment", "subflow-controller"))
+			var got []string
+			for _, a := range args {
+				if v, ok := strings.CutPrefix(a, "--sidecar-image="); ok {
+					got = append(got, v)
+				}
+			}
+			want := []string{tc.want}
+			if tc.want == "" {
+				want = nil
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("--sidecar-image %q, want %q", got, want)
+			}
+		})
 	}
 }

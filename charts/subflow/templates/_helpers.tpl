@@ -62,6 +62,16 @@ app.kubernetes.io/part-of: subflow
 {{- end -}}
 
 {{/* A resource list as the controller's --sidecar-requests and --sidecar-limits take it: cpu=10m,memory=32Mi. */}}
+{{- /* The sidecar's image: webhook.sidecarImage as given when it names a tag or a digest, else
+with the controller's tag (image.tag, else the chart's appVersion); empty stays empty. */ -}}
+{{- define "subflow.sidecarImage" -}}
+{{- $image := .Values.webhook.sidecarImage -}}
+{{- if and $image (not (regexMatch "(:[^/]+|@.+)$" $image)) -}}
+{{- $image = printf "%s:%s" $image (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- $image -}}
+{{- end -}}
+
 {{- define "subflow.resourceList" -}}
 {{- $items := list -}}
 {{- range $name, $quantity := . -}}
