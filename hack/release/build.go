@@ -25,12 +25,16 @@ type buildOptions struct {
 }
 
 const (
-	pluginBin    = "kubectl-subflow"
-	krewName     = "subflow" // kubectl subflow
-	sumsFile     = "SHA256SUMS"
-	chartDir     = "charts/subflow"
-	licenseFile  = "LICENSE"
-	krewManifest = krewName + ".yaml"
+	pluginBin = "kubectl-subflow"
+	// completionBin is the helper kubectl 1.26 and later run to complete `kubectl subflow`
+	// (the kubectl_complete-<plugin> convention); the archives carry it beside the plugin.
+	completionBin = "kubectl_complete-subflow"
+	pluginSource  = "./cmd/kubectl-subflow"
+	krewName      = "subflow" // kubectl subflow
+	sumsFile      = "SHA256SUMS"
+	chartDir      = "charts/subflow"
+	licenseFile   = "LICENSE"
+	krewManifest  = krewName + ".yaml"
 )
 
 func pluginArchive(p platform) string      { return fmt.Sprintf("%s_%s_%s.tar.gz", pluginBin, p.os, p.arch) }
@@ -92,6 +96,18 @@ func packageChart(ctx context.Context, o buildOptions) error {
 
 // buildPlugins cross-compiles the plugin for each platform, one after another, into its archive.
 func buildPlugins(ctx context.Context, o buildOptions) error {
+	for _, p := range pluginPlatforms {
+		if err := buildPlugin(ctx, o, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildPlugin writes p's plugin archive into o.out. The binary is stamped with the release's
+// version (-X main.version), which kubectl subflow version prints.
+func buildPlugin(ctx context.Context, o buildOptions, p platform) error {
+	start := time.Now()
 	scratch, err := os.MkdirTemp("", "subflow-release-")
 	if err != nil {
 		return err
@@ -101,29 +117,30 @@ func buildPlugins(ctx context.Context, o buildOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range pluginPlatforms {
-		start := time.Now()
-		bin := filepath.Join(scratch, p.os+"-"+p.arch)
-		env := []string{"CGO_ENABLED=0", "GOOS=" + p.os, "GOARCH=" + p.arch}
-		if err := runGo(ctx, env, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/kubectl-subflow"); err != nil {
-			return err
-		}
-		exe, err := os.ReadFile(bin)
-		if err != nil {
-			return err
-		}
-		archive := filepath.Join(o.out, pluginArchive(p))
-		if err := os.WriteFile(archive, pluginTarGz(exe, license), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "release: %s (%.1fs)\n", archive, time.Since(start).Seconds())
+	completion, err := os.ReadFile(filepath.Join(pluginSource, completionBin))
+	if err != nil {
+		return err
 	}
+	bin := filepath.Join(scratch, pluginBin)
+	env := []string{"CGO_ENABLED=0", "GOOS=" + p.os, "GOARCH=" + p.arch}
+	if err := runGo(ctx, env, "build", "-trimpath", "-ldflags=-s -w -X main.version="+o.version, "-o", bin, pluginSource); err != nil {
+		return err
+	}
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	archive := filepath.Join(o.out, pluginArchive(p))
+	if err := os.WriteFile(archive, pluginTarGz(exe, completion, license), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "release: %s (%.1fs)\n", archive, time.Since(start).Seconds())
 	return nil
 }
 
-// pluginTarGz is the plugin's archive: the binary and LICENSE at its top, owned by root and
-// dated epoch, so the same binary gives the same archive.
-func pluginTarGz(exe, license []byte) []byte {
+// pluginTarGz is the plugin's archive: the binary, its completion helper and LICENSE at its top,
+// owned by root and dated epoch, so the same binary gives the same archive.
+func pluginTarGz(exe, completion, license []byte) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
@@ -131,7 +148,7 @@ func pluginTarGz(exe, license []byte) []byte {
 		name string
 		mode int64
 		data []byte
-	}{{pluginBin, 0o755, exe}, {licenseFile, 0o644, license}} {
+	}{{pluginBin, 0o755, exe}, {completionBin, 0o755, completion}, {licenseFile, 0o644, license}} {
 		// Writes to a bytes.Buffer do not fail.
 		_ = tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg})
 		_, _ = tw.Write(f.data)

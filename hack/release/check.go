@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,8 +32,12 @@ func check(ctx context.Context, dir, version string) error {
 		errs = append(errs, prefix(imageArchive(im.component), checkImageArchive(filepath.Join(dir, imageArchive(im.component)), im, version)))
 	}
 	errs = append(errs, prefix(chartArchive(version), checkChart(ctx, filepath.Join(dir, chartArchive(version)), version)))
+	host := platform{runtime.GOOS, runtime.GOARCH}
+	if !slices.Contains(pluginPlatforms, host) {
+		fmt.Fprintf(os.Stderr, "release: no plugin is built for %s/%s: none is run\n", host.os, host.arch)
+	}
 	for _, p := range pluginPlatforms {
-		errs = append(errs, prefix(pluginArchive(p), checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p)))
+		errs = append(errs, prefix(pluginArchive(p), checkPluginArchive(ctx, filepath.Join(dir, pluginArchive(p)), p, version, p == host)))
 	}
 	errs = append(errs, prefix(krewManifest, checkKrew(dir, version)))
 	return errors.Join(errs...)
@@ -259,8 +265,10 @@ func tarFileHead(r io.Reader, name string) ([]byte, bool, error) {
 	}
 }
 
-// checkPluginArchive checks that the archive holds the plugin, built for p, and LICENSE.
-func checkPluginArchive(archive string, p platform) error {
+// checkPluginArchive checks that the archive holds the plugin, built for p, its completion
+// helper and LICENSE. With run (p is this machine's platform), it runs the plugin too: `version
+// --client` must print the release's version, the one -X main.version stamped.
+func checkPluginArchive(ctx context.Context, archive string, p platform, version string, run bool) error {
 	f, err := os.Open(archive)
 	if err != nil {
 		return err
@@ -282,32 +290,72 @@ func checkPluginArchive(archive string, p platform) error {
 			return err
 		}
 		names = append(names, hdr.Name)
-		if hdr.Name != pluginBin {
-			continue
+		if (hdr.Name == pluginBin || hdr.Name == completionBin) && hdr.Mode&0o111 != 0o111 {
+			errs = append(errs, fmt.Errorf("%s has mode %o: want it executable", hdr.Name, hdr.Mode))
 		}
-		head := make([]byte, min(hdr.Size, headerSize))
-		if _, err := io.ReadFull(tr, head); err != nil {
-			return err
-		}
-		got, err := binaryPlatform(head)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", pluginBin, err))
-		} else if got != p {
-			errs = append(errs, fmt.Errorf("%s is built for %s/%s: want %s/%s", pluginBin, got.os, got.arch, p.os, p.arch))
-		}
-		if hdr.Mode&0o111 != 0o111 {
-			errs = append(errs, fmt.Errorf("%s has mode %o: want it executable", pluginBin, hdr.Mode))
+		switch hdr.Name {
+		case pluginBin:
+			errs = append(errs, checkPluginBinary(ctx, tr, hdr.Size, p, version, run))
+		case completionBin:
+			script, err := io.ReadAll(io.LimitReader(tr, 4096))
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(string(script), "#!") || !strings.Contains(string(script), pluginBin+" __complete") {
+				errs = append(errs, fmt.Errorf("%s is not a script that runs %s __complete", completionBin, pluginBin))
+			}
 		}
 	}
 	slices.Sort(names)
-	if want := []string{licenseFile, pluginBin}; !slices.Equal(names, want) {
+	if want := []string{licenseFile, pluginBin, completionBin}; !slices.Equal(names, want) {
 		errs = append(errs, fmt.Errorf("holds %q: want %q", names, want))
 	}
 	return errors.Join(errs...)
 }
 
+// checkPluginBinary checks the plugin binary of size bytes read from r: built for p and, with
+// run, stamped with version.
+func checkPluginBinary(ctx context.Context, r io.Reader, size int64, p platform, version string, run bool) error {
+	head := make([]byte, min(size, headerSize))
+	if _, err := io.ReadFull(r, head); err != nil {
+		return err
+	}
+	got, err := binaryPlatform(head)
+	if err != nil {
+		return fmt.Errorf("%s: %w", pluginBin, err)
+	}
+	if got != p {
+		return fmt.Errorf("%s is built for %s/%s: want %s/%s", pluginBin, got.os, got.arch, p.os, p.arch)
+	}
+	if !run {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "subflow-release-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, pluginBin)
+	if err := writeEntry(bin, io.MultiReader(bytes.NewReader(head), r)); err != nil {
+		return err
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, "version", "--client")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "no-kubeconfig"))
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s version --client: %w", pluginBin, err)
+	}
+	if want := "Plugin:     " + version + "\n"; string(out) != want {
+		return fmt.Errorf("%s version --client prints %q: want %q (built without -X main.version?)", pluginBin, out, want)
+	}
+	return nil
+}
+
 // checkChart lints the packaged chart, reads its Chart.yaml and renders it with the default
-// values: the controller's image must be the release's.
+// values: the controller's image and the sidecar's must be the release's.
 func checkChart(ctx context.Context, archive, version string) error {
 	if out, err := exec.CommandContext(ctx, "go", "tool", "helm", "lint", archive).CombinedOutput(); err != nil {
 		return fmt.Errorf("helm lint: %w\n%s", err, out)
@@ -330,8 +378,10 @@ func checkChart(ctx context.Context, archive, version string) error {
 	if err != nil {
 		return fmt.Errorf("helm template: %w", err)
 	}
-	if want := `image: "subflow-controller:` + version + `"`; !strings.Contains(string(out), want) {
-		return fmt.Errorf("rendered with its defaults, the chart has no %s", want)
+	for _, want := range []string{`image: "subflow-controller:` + version + `"`, "--sidecar-image=subflow-sidecar:" + version} {
+		if !strings.Contains(string(out), want) {
+			return fmt.Errorf("rendered with its defaults, the chart has no %s", want)
+		}
 	}
 	return nil
 }

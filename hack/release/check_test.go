@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -178,9 +179,19 @@ func TestCheckIndex(t *testing.T) {
 	}
 }
 
+// completionScript is the completion helper the release ships.
+func completionScript(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", pluginSource, completionBin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 func writePluginArchive(t *testing.T, dir string, p platform, bin platform, license bool) {
 	t.Helper()
-	data := pluginTarGz(fakeBinary(bin), []byte("license"))
+	data := pluginTarGz(fakeBinary(bin), completionScript(t), []byte("license"))
 	if !license {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
@@ -195,23 +206,58 @@ func writePluginArchive(t *testing.T, dir string, p platform, bin platform, lice
 }
 
 func TestCheckPluginArchive(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
 	p := platform{"darwin", "arm64"}
+	check := func() error { return checkPluginArchive(ctx, filepath.Join(dir, pluginArchive(p)), p, "1.2.3", false) }
 	writePluginArchive(t, dir, p, p, true)
-	if err := checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p); err != nil {
+	if err := check(); err != nil {
 		t.Errorf("as built: %v", err)
 	}
 	writePluginArchive(t, dir, p, platform{"darwin", "amd64"}, true)
-	if err := checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p); err == nil || !strings.Contains(err.Error(), "built for darwin/amd64: want darwin/arm64") {
+	if err := check(); err == nil || !strings.Contains(err.Error(), "built for darwin/amd64: want darwin/arm64") {
 		t.Errorf("an amd64 binary in the arm64 archive: got %v", err)
 	}
 	writePluginArchive(t, dir, p, platform{"linux", "arm64"}, true)
-	if err := checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p); err == nil || !strings.Contains(err.Error(), "built for linux/arm64") {
+	if err := check(); err == nil || !strings.Contains(err.Error(), "built for linux/arm64") {
 		t.Errorf("a linux binary in the darwin archive: got %v", err)
 	}
 	writePluginArchive(t, dir, p, p, false)
-	if err := checkPluginArchive(filepath.Join(dir, pluginArchive(p)), p); err == nil || !strings.Contains(err.Error(), "LICENSE") {
-		t.Errorf("no LICENSE: got %v", err)
+	if err := check(); err == nil || !strings.Contains(err.Error(), "LICENSE") || !strings.Contains(err.Error(), completionBin) {
+		t.Errorf("no LICENSE and no completion helper: got %v", err)
+	}
+	data := pluginTarGz(fakeBinary(p), []byte("#!/bin/sh\nexit 0\n"), []byte("license"))
+	if err := os.WriteFile(filepath.Join(dir, pluginArchive(p)), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(); err == nil || !strings.Contains(err.Error(), "is not a script that runs kubectl-subflow __complete") {
+		t.Errorf("another completion helper: got %v", err)
+	}
+}
+
+// The plugin make release builds for this machine prints the release's version, and the check
+// that runs it tells another version apart.
+func TestCheckPluginArchiveRunsThePlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the plugin")
+	}
+	host := platform{runtime.GOOS, runtime.GOARCH}
+	if !slices.Contains(pluginPlatforms, host) {
+		t.Skipf("no plugin is built for %s/%s", host.os, host.arch)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	t.Chdir("../..")
+	if err := buildPlugin(ctx, buildOptions{out: dir, version: "1.2.3-rc.1"}, host); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, pluginArchive(host))
+	if err := checkPluginArchive(ctx, archive, host, "1.2.3-rc.1", true); err != nil {
+		t.Errorf("as built: %v", err)
+	}
+	if err := checkPluginArchive(ctx, archive, host, "1.2.3", true); err == nil ||
+		!strings.Contains(err.Error(), `version --client prints "Plugin:     1.2.3-rc.1\n": want "Plugin:     1.2.3\n"`) {
+		t.Errorf("another version: got %v", err)
 	}
 }
 
@@ -278,6 +324,18 @@ func TestCheckKrew(t *testing.T) {
 			}
 			return string(data)
 		}, "no platform for darwin/arm64"},
+		{"no completion helper copied", func(_, m string) string {
+			var k krewPlugin
+			if err := yaml.Unmarshal([]byte(m), &k); err != nil {
+				t.Fatal(err)
+			}
+			k.Spec.Platforms[0].Files = slices.DeleteFunc(k.Spec.Platforms[0].Files, func(f krewFile) bool { return f.From == completionBin })
+			data, err := yaml.Marshal(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(data)
+		}, "platforms[0] (linux/amd64): files"},
 		{"an unknown field", func(_, m string) string {
 			return strings.Replace(m, "shortDescription:", "shortDesc: x\n  shortDescription:", 1)
 		}, "unknown field"},

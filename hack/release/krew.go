@@ -79,7 +79,7 @@ func writeKrewManifest(o buildOptions) error {
 		m.Spec.Platforms = append(m.Spec.Platforms, krewPlatform{
 			Selector: krewSelector{MatchLabels: map[string]string{"os": p.os, "arch": p.arch}},
 			URI:      uri, Sha256: sum, Bin: pluginBin,
-			Files: []krewFile{{From: pluginBin, To: "."}, {From: licenseFile, To: "."}},
+			Files: []krewFile{{From: pluginBin, To: "."}, {From: completionBin, To: "."}, {From: licenseFile, To: "."}},
 		})
 	}
 	data, err := yaml.Marshal(m)
@@ -161,8 +161,8 @@ func checkKrewPlatform(dir string, p platform, pl krewPlatform) error {
 	for _, f := range pl.Files {
 		froms[f.From] = true
 	}
-	if !froms[pluginBin] || !froms[licenseFile] {
-		return fmt.Errorf("files %v: want %s and %s copied", pl.Files, pluginBin, licenseFile)
+	if !froms[pluginBin] || !froms[completionBin] || !froms[licenseFile] {
+		return fmt.Errorf("files %v: want %s, %s and %s copied", pl.Files, pluginBin, completionBin, licenseFile)
 	}
 	return nil
 }

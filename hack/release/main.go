@@ -9,7 +9,8 @@
 //     and a linux/arm64 image, built by hack/images (the path make images and make e2e use);
 //   - subflow-<version>.tgz: the chart, its version and appVersion the release's;
 //   - kubectl-subflow_<os>_<arch>.tar.gz for linux and darwin on amd64 and arm64: the plugin
-//     and LICENSE;
+//     (stamped with the version: kubectl subflow version prints it), its completion helper
+//     kubectl_complete-subflow and LICENSE;
 //   - subflow.yaml: the krew plugin manifest naming those archives, at -url when given (krew
 //     installs it with --manifest and --archive without it);
 //   - SHA256SUMS: every other file's digest, as sha256sum -c reads it.
