@@ -246,8 +246,9 @@ func (b *pushBook) forgetPod(uid types.UID) {
 // again would observe nothing new until something the controller sees changes (the request,
 // the token, the pod's restarts) or the resync comes: the agent applied the revision and every
 // consumer of the rule is in the state asked, with nothing else to watch - no seek running, no
-// backlog to read (its own, or another subscription's for a backlog condition), no other rule holding the consumers, no token rotation under way. Any other
-// answer (no consumer yet, consumers converging) is pushed again on every retry, as before.
+// backlog to read (its own, or another subscription's for a backlog condition), no other rule
+// holding the consumers, no token rotation under way. Any other answer (no consumer yet,
+// consumers converging) is pushed again on every retry, as before.
 func settledAnswer(req protocol.FlowRequest, o podOutcome) bool {
 	if refusal(o.Err) != "" && !o.PreviousToken {
 		// A working agent's refusal answers this request: pushing it again gets the same answer
