@@ -41,8 +41,14 @@ func refuseTooOld(w http.ResponseWriter, missing []string) {
 	})
 }
 
+// linkedVersion is the release subflow's own binaries were built for, set at link time by the
+// image build (hack/images: -X ...agent/control.linkedVersion=<tag>): a main module's build
+// info has no version, only a VCS revision when built in a checkout.
+var linkedVersion string
+
 // agentVersion is the version of the subflow module this binary was built with: the
-// application's dependency, or the main module for subflow's own binaries (the sidecar).
+// application's dependency, or the main module for subflow's own binaries (the sidecar), whose
+// release the image build links in.
 var agentVersion = sync.OnceValue(func() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -55,6 +61,9 @@ var agentVersion = sync.OnceValue(func() string {
 // replaced by another version, and the VCS revision for a main module built from a checkout.
 func moduleVersion(info *debug.BuildInfo, path string) string {
 	if info.Main.Path == path {
+		if linkedVersion != "" {
+			return linkedVersion
+		}
 		if info.Main.Version != "" && info.Main.Version != "(devel)" {
 			return info.Main.Version
 		}

@@ -31,6 +31,15 @@ func TestModuleVersion(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
+	// An image build links the release in: it wins over what a main module's build info says.
+	linkedVersion = "0.3.0"
+	defer func() { linkedVersion = "" }()
+	if got := moduleVersion(&debug.BuildInfo{Main: debug.Module{Path: path, Version: "(devel)"}}, path); got != "0.3.0" {
+		t.Errorf("the main module with a linked release: %q, want 0.3.0", got)
+	}
+	if got := moduleVersion(dep("v0.9.0", nil), path); got != "v0.9.0" {
+		t.Errorf("an application's dependency with a linked release: %q, want v0.9.0 (the release linked is subflow's own binaries')", got)
+	}
 	if agentVersion() == "" {
 		t.Error("no agent version in a test binary of the module")
 	}

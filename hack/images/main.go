@@ -39,6 +39,9 @@ import (
 // A component is one image: its name and how to assemble its file system.
 type component struct {
 	image string
+	// goPkg, when set, is the Go package whose static binary the image holds, at /<image> and
+	// run as the entrypoint; root is then unused.
+	goPkg string
 	// root assembles the file system for arch; scratch is a directory for files it makes,
 	// removed after the build.
 	root func(ctx context.Context, arch, scratch string) (rootFS, error)
@@ -59,11 +62,11 @@ type rootFS struct {
 // components names every image this project builds; the Makefile, kustomize and the chart use
 // the same names.
 var components = map[string]component{
-	"controller":       goBinary(".", "subflow-controller"),
-	"sidecar":          goBinary("./cmd/subflow-sidecar", "subflow-sidecar"),
-	"example-consumer": goBinary("./examples/consumer", "subflow-example-consumer"),
-	"pause":            goBinary("./hack/e2e/pause", "subflow-e2e-pause"),
-	"gopeer":           goBinary("./hack/clients/gopeer", "subflow-e2e-gopeer"),
+	"controller":       {image: "subflow-controller", goPkg: "."},
+	"sidecar":          {image: "subflow-sidecar", goPkg: "./cmd/subflow-sidecar"},
+	"example-consumer": {image: "subflow-example-consumer", goPkg: "./examples/consumer"},
+	"pause":            {image: "subflow-e2e-pause", goPkg: "./hack/e2e/pause"},
+	"gopeer":           {image: "subflow-e2e-gopeer", goPkg: "./hack/clients/gopeer"},
 	"java-peer":        {image: "subflow-e2e-java-peer", root: javaPeer},
 	"python-peer":      {image: "subflow-e2e-python-peer", root: pythonPeer},
 }
@@ -212,7 +215,12 @@ func build(ctx context.Context, c component, arch, scratch string, o options) (v
 	if err != nil {
 		return nil, err
 	}
-	root, err := c.root(ctx, arch, dir)
+	var root rootFS
+	if c.goPkg != "" {
+		root, err = goBinary(ctx, c, arch, dir, o.tag)
+	} else {
+		root, err = c.root(ctx, arch, dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -279,17 +287,19 @@ func writeFile(path string, write func(w io.Writer) error) error {
 	return f.Close()
 }
 
-// goBinary is the component whose image holds the static binary of the Go package pkg, at
-// /<image> and run as the entrypoint.
-func goBinary(pkg, image string) component {
-	return component{image: image, root: func(ctx context.Context, arch, scratch string) (rootFS, error) {
-		bin := filepath.Join(scratch, "bin")
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return rootFS{}, fmt.Errorf("go build %s: %w", pkg, err)
-		}
-		return rootFS{files: map[string]string{"/" + image: bin}, entrypoint: []string{"/" + image}}, nil
-	}}
+// versionVar is where a subflow binary's agent reads the release it was built for: the agents
+// in the sidecar and the example consumer report it to the controller (status.agents[].agentVersion,
+// kubectl subflow status), which the build info of a main module cannot give.
+const versionVar = "github.com/subflow-dev/subflow/agent/control.linkedVersion"
+
+// goBinary builds c's static Go binary for arch, stamped with the images' tag as its release.
+func goBinary(ctx context.Context, c component, arch, scratch, tag string) (rootFS, error) {
+	bin := filepath.Join(scratch, "bin")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w -X "+versionVar+"="+tag, "-o", bin, c.goPkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return rootFS{}, fmt.Errorf("go build %s: %w", c.goPkg, err)
+	}
+	return rootFS{files: map[string]string{"/" + c.image: bin}, entrypoint: []string{"/" + c.image}}, nil
 }

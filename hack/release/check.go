@@ -183,11 +183,16 @@ func checkImage(img v1.Image, arch string, im releaseImage, version string) erro
 			fail("label %s is missing", k)
 		}
 	}
-	head, err := fileHead(img, im.entrypoint)
+	bin, err := fileBytes(img, im.entrypoint)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	got, err := binaryPlatform(head)
+	// The image build links the release in (hack/images: the agent's linkedVersion), which the
+	// sidecar's agent reports to the controller as its version.
+	if im.agent && !bytes.Contains(bin, []byte(version)) {
+		fail("%s does not hold its release %q: it would report another version", im.entrypoint, version)
+	}
+	got, err := binaryPlatform(bin[:min(len(bin), headerSize)])
 	if err != nil {
 		fail("%s: %w", im.entrypoint, err)
 	} else if got != (platform{"linux", arch}) {
@@ -210,9 +215,9 @@ func checkUser(user string) error {
 	return nil
 }
 
-// fileHead returns the first bytes of the regular file at file in img's layers (the top layer
+// fileBytes returns the regular file at file in img's layers (the top layer
 // that has it).
-func fileHead(img v1.Image, file string) ([]byte, error) {
+func fileBytes(img v1.Image, file string) ([]byte, error) {
 	layers, err := img.Layers()
 	if err != nil {
 		return nil, err
@@ -225,7 +230,7 @@ func fileHead(img v1.Image, file string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		h, ok, err := tarFileHead(rc, want)
+		h, ok, err := tarFile(rc, want)
 		rc.Close()
 		if err != nil {
 			return nil, err
@@ -240,8 +245,11 @@ func fileHead(img v1.Image, file string) ([]byte, error) {
 	return head, nil
 }
 
-// tarFileHead reads the first headerSize bytes of the regular, executable file name in a tar.
-func tarFileHead(r io.Reader, name string) ([]byte, bool, error) {
+// maxBinary bounds what is read of an image's binary.
+const maxBinary = 256 << 20
+
+// tarFile reads the regular, executable file name in a tar.
+func tarFile(r io.Reader, name string) ([]byte, bool, error) {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -257,11 +265,14 @@ func tarFileHead(r io.Reader, name string) ([]byte, bool, error) {
 		if hdr.Typeflag != tar.TypeReg || hdr.Mode&0o111 != 0o111 {
 			return nil, false, fmt.Errorf("%s: type %q, mode %o: want a file everyone may execute", name, hdr.Typeflag, hdr.Mode)
 		}
-		head := make([]byte, min(hdr.Size, headerSize))
-		if _, err := io.ReadFull(tr, head); err != nil {
+		if hdr.Size > maxBinary {
+			return nil, false, fmt.Errorf("%s: %d bytes, more than the %d read", name, hdr.Size, maxBinary)
+		}
+		data := make([]byte, hdr.Size)
+		if _, err := io.ReadFull(tr, data); err != nil {
 			return nil, false, err
 		}
-		return head, true, nil
+		return data, true, nil
 	}
 }
 

@@ -84,12 +84,17 @@ var controller = releaseImages[0]
 // edit changes its config.
 func fakeImage(t *testing.T, arch, binArch string, edit func(*v1.ConfigFile)) v1.Image {
 	t.Helper()
+	return fakeImageOf(t, controller, arch, fakeBinary(platform{"linux", binArch}), edit)
+}
+
+// fakeImageOf is im's image for arch holding bin.
+func fakeImageOf(t *testing.T, im releaseImage, arch string, bin []byte, edit func(*v1.ConfigFile)) v1.Image {
+	t.Helper()
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
-	bin := fakeBinary(platform{"linux", binArch})
 	for _, h := range []*tar.Header{
 		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777},
-		{Name: strings.TrimPrefix(controller.entrypoint, "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))},
+		{Name: strings.TrimPrefix(im.entrypoint, "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))},
 	} {
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
@@ -116,7 +121,7 @@ func fakeImage(t *testing.T, arch, binArch string, edit func(*v1.ConfigFile)) v1
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", arch
 	cfg.Config.User = "65532:65532"
-	cfg.Config.Entrypoint = []string{controller.entrypoint}
+	cfg.Config.Entrypoint = []string{im.entrypoint}
 	cfg.Config.Labels = map[string]string{labelVersion: "1.2.3", labelSource: "https://example.com/subflow", labelRevision: "abc123"}
 	if edit != nil {
 		edit(cfg)
@@ -135,6 +140,22 @@ func fakeIndex(imgs map[string]v1.Image) v1.ImageIndex {
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
 	}
 	return idx
+}
+
+// The sidecar's binary holds its release, which its agent reports to the controller: one built
+// without it (a main module's build info has no version) fails the check.
+func TestCheckIndexSidecarHoldsItsRelease(t *testing.T) {
+	sidecar := releaseImages[1]
+	image := func(arch string, linked string) v1.Image {
+		return fakeImageOf(t, sidecar, arch, append(fakeBinary(platform{"linux", arch}), linked...), nil)
+	}
+	if err := checkIndex(fakeIndex(map[string]v1.Image{"amd64": image("amd64", "1.2.3"), "arm64": image("arm64", "1.2.3")}), sidecar, "1.2.3"); err != nil {
+		t.Errorf("a sidecar holding its release: %v", err)
+	}
+	err := checkIndex(fakeIndex(map[string]v1.Image{"amd64": image("amd64", "1.2.3"), "arm64": image("arm64", "(devel)")}), sidecar, "1.2.3")
+	if err == nil || !strings.Contains(err.Error(), `linux/arm64: /subflow-sidecar does not hold its release "1.2.3"`) {
+		t.Errorf("a sidecar without its release: %v, want refused", err)
+	}
 }
 
 // A wrong image fails the check, saying what is wrong; a right one passes.

@@ -39,12 +39,16 @@ var (
 // The images the release ships: hack/images' component name, and the binary each runs.
 var releaseImages = []releaseImage{
 	{component: "controller", entrypoint: "/subflow-controller"},
-	{component: "sidecar", entrypoint: "/subflow-sidecar"},
+	{component: "sidecar", entrypoint: "/subflow-sidecar", agent: true},
 }
 
 type platform struct{ os, arch string }
 
-type releaseImage struct{ component, entrypoint string }
+type releaseImage struct {
+	component, entrypoint string
+	// agent: the binary holds an agent, which reports the release the image build linked in.
+	agent bool
+}
 
 // OCI label keys (image-spec annotations.md) every image carries.
 const (
