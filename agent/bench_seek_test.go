@@ -10,8 +10,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // seekBatch is the number of messages per entry in the seek benchmarks (indexes run over

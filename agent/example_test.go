@@ -8,7 +8,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/subflow-dev/subflow/agent"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // An application subscribes through the agent instead of the client and consumes as usual;

@@ -10,7 +10,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // fakeClient hands out fakeConsumers that expose the MessageChannel the gate gave them, so a

@@ -12,8 +12,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // Chunked messages in these tests: chunkSize bytes per chunk, chunksPerMessage chunks, so a

@@ -23,9 +23,9 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // The integration tests are a conformance suite: they run unchanged against any broker.
@@ -33,7 +33,7 @@ import (
 // Without environment, each test starts an in-process pulsartest broker. With PULSAR_URL
 // (pulsar://host:6650) and PULSAR_ADMIN_URL (http://host:8080), they run against that broker
 // (`make conformance`). Either way the client talks to the broker through a wire recorder
-// (internal/wirerec), and what a test asserts about FLOW permits and MESSAGE frames comes from
+// (internal/testing/wirerec), and what a test asserts about FLOW permits and MESSAGE frames comes from
 // that record, never from the broker's own bookkeeping; subscription state (backlog, the
 // subscription's existence) comes from the admin REST API, as an operator would read it.
 // Tests that need something only pulsartest offers (a broker setting chosen per test) skip

@@ -10,8 +10,8 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // Paused consumers stay connected, so the broker keeps their share of the subscription:

@@ -9,9 +9,9 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // A seek to a message inside a batch entry resets the cursor to the entry; the messages of

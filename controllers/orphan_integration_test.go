@@ -12,7 +12,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
 )
 
 // kubectlSubflow builds the plugin and returns a function that runs it against the test API

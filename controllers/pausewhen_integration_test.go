@@ -20,7 +20,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
 )
 
 // dependency creates a Deployment standing for what the consumers depend on, with its

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/testenv"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // The controller's identity as config/default deploys it.

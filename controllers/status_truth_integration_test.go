@@ -21,7 +21,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
 )
 
 // 1000 pods whose agents each answer 500 with their own 4 KiB body: the status is still

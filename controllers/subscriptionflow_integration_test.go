@@ -19,7 +19,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
 )
 
 var nopLogger = log.DefaultNopLogger()

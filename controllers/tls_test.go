@@ -19,7 +19,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
 )
 
 // testTLS is a CA the suite's controller trusts and a certificate it signed for 127.0.0.1, with

@@ -17,7 +17,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
 )
 
 // rotatingPod is a simulated pod whose agent reads its token from a file, as from a mounted

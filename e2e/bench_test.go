@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // minRounds makes a p99 more than the maximum of a handful of samples.

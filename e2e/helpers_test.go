@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // kubectl runs kubectl as the cluster's administrator and fails the test on an error.

@@ -1,5 +1,5 @@
 // Package e2e runs subflow the way users run it: images built by hack/images and imported into a
-// real single-node Kubernetes (internal/realcluster), the chart installed with helm --wait,
+// real single-node Kubernetes (internal/testing/realcluster), the chart installed with helm --wait,
 // consumer Deployments onboarded by their label, a real Apache Pulsar on the host reached through
 // a Service without a selector, and every step taken with kubectl. make e2e runs it (it needs
 // root); without SUBFLOW_E2E=1 the tests skip.
@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subflow-dev/subflow/internal/realcluster"
+	"github.com/subflow-dev/subflow/internal/testing/realcluster"
 )
 
 // The images' names as make e2e builds them (hack/images -registry subflow.local -tag e2e).

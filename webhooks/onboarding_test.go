@@ -26,10 +26,10 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/podsim"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testenv"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 

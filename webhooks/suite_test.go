@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testenv"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // backlogBy returns the answer's entries about subscription.

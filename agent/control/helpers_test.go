@@ -21,7 +21,7 @@ import (
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // putAt pushes req for flow ns/{flow} to the agent at addr.

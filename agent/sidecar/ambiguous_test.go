@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // A command the broker could read otherwise than the sidecar - a type given twice (the broker

@@ -15,7 +15,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // signedToken is a Pulsar token (an HS256 JWT) for subject, signed with key.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // chunkFrame is a MESSAGE for consumer 1 carrying chunk id of a message sent in chunks.

@@ -6,7 +6,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // In front of a broker that names itself in lookup answers, the sidecar changes them to

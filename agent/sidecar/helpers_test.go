@@ -23,9 +23,9 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 const waitFor = 60 * time.Second

@@ -10,7 +10,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // The permits a seek cut takes from the client are granted back to the broker at once, not

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // With StartGated, for each client: a consumer that subscribes before the controller's first

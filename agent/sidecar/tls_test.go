@@ -19,7 +19,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // testCA is a certificate authority for one test, and a serving certificate it signed.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
 )
 
 var k8s client.Client

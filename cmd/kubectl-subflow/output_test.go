@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // list -l picks flows by label; -o wide adds subscription, topic, pods and selector; -o json,

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testenv"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // An on-call engineer bound only to the on-call role README documents (config/rbac) in the

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // startWait runs `wait` in the background; the returned function waits for its result.

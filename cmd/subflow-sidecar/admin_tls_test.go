@@ -18,7 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent/sidecar"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 )
 
 // An https admin URL signed by a private CA: the sidecar reads backlogs through it once

@@ -46,7 +46,7 @@ func parseFlags() options {
 	flag.StringVar(&o.input, "input", "", "parse this saved `go test -bench` output instead of running benchmarks (machine details are still this machine's)")
 	flag.StringVar(&o.bench, "bench", ".", "benchmark regexp passed to go test -bench")
 	flag.StringVar(&o.benchtime, "benchtime", "", "passed to go test -benchtime when set")
-	// internal/fleetbench takes about two hours at full size (100 rounds of every fleet shape).
+	// internal/testing/fleetbench takes about two hours at full size (100 rounds of every fleet shape).
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "go test -timeout per package")
 	flag.StringVar(&o.parts, "parts", "", "keep each go test run's output in this directory (a part per package, and per isolated benchmark)")
 	flag.BoolVar(&o.resume, "resume", false, "with -parts: read the runs whose part is there instead of running them again")

@@ -16,13 +16,13 @@ func TestParseBenchOutput(t *testing.T) {
 			name: "standard metrics and headers",
 			output: `goos: linux
 goarch: amd64
-pkg: github.com/subflow-dev/subflow/internal/pulsartest
+pkg: github.com/subflow-dev/subflow/internal/testing/pulsartest
 cpu: AMD EPYC 7B13
 BenchmarkProduceConsume/batching=true-2         	  500000	      2150 ns/op	  465116 msgs/s	     812 B/op	      14 allocs/op
 PASS
-ok  	github.com/subflow-dev/subflow/internal/pulsartest	12.3s
+ok  	github.com/subflow-dev/subflow/internal/testing/pulsartest	12.3s
 `,
-			want: []Result{{Package: "github.com/subflow-dev/subflow/internal/pulsartest", Name: "BenchmarkProduceConsume/batching=true", Procs: 2, Iterations: 500000,
+			want: []Result{{Package: "github.com/subflow-dev/subflow/internal/testing/pulsartest", Name: "BenchmarkProduceConsume/batching=true", Procs: 2, Iterations: 500000,
 				Metrics: []Metric{{2150, "ns/op"}, {465116, "msgs/s"}, {812, "B/op"}, {14, "allocs/op"}}}},
 		},
 		{

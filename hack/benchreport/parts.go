@@ -13,7 +13,7 @@ import (
 
 // A part is one go test run's output kept in the -parts directory, headed by when and at which
 // commit it was measured. Every package one after the other takes longer than a working
-// session on a 2-core machine (internal/fleetbench alone about two hours), so -resume reads
+// session on a 2-core machine (internal/testing/fleetbench alone about two hours), so -resume reads
 // the parts already there instead of running them again, and a report can be built in
 // several sittings. A failed run leaves no part, so that resuming runs it again.
 

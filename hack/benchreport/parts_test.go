@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-const fleetPkg = "github.com/subflow-dev/subflow/internal/fleetbench"
+const fleetPkg = "github.com/subflow-dev/subflow/internal/testing/fleetbench"
 
 func TestPartIsReadBackAsMeasured(t *testing.T) {
 	dir := t.TempDir()
 	path := partPath(dir, fleetPkg, []string{"-skip", isolatedPattern})
-	if want := filepath.Join(dir, "internal_fleetbench.txt"); path != want {
+	if want := filepath.Join(dir, "internal_testing_fleetbench.txt"); path != want {
 		t.Errorf("part path %s, want %s", path, want)
 	}
 	if isolated := partPath(dir, fleetPkg, []string{"-bench", "^BenchmarkFullResync$"}); isolated == path || !strings.HasSuffix(isolated, "__BenchmarkFullResync.txt") {
@@ -55,12 +55,12 @@ func TestMissingPartIsRunAndForeignFileRefused(t *testing.T) {
 func TestResumedReportSaysWhenEachPackageWasMeasured(t *testing.T) {
 	var buf bytes.Buffer
 	writeReport(&buf, Report{Command: "`go test`", Runs: []PackageRun{
-		{Package: fleetPkg, Measured: "2026-12-03 15:04 UTC at abc1234", FromPart: "bench-runs/internal_fleetbench.txt"},
+		{Package: fleetPkg, Measured: "2026-12-03 15:04 UTC at abc1234", FromPart: "bench-runs/internal_testing_fleetbench.txt"},
 		{Package: "github.com/subflow-dev/subflow/agent", Measured: "2026-12-04 09:00 UTC at def5678"},
 	}})
 	got := buf.String()
 	for _, want := range []string{"more than one sitting", "## Runs",
-		"| `" + fleetPkg + "` | 2026-12-03 15:04 UTC at abc1234 | `bench-runs/internal_fleetbench.txt` |",
+		"| `" + fleetPkg + "` | 2026-12-03 15:04 UTC at abc1234 | `bench-runs/internal_testing_fleetbench.txt` |",
 		"| `github.com/subflow-dev/subflow/agent` | 2026-12-04 09:00 UTC at def5678 | this run |"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)

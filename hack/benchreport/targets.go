@@ -46,7 +46,7 @@ var targets = []Target{
 	{Text: "Seek by index, 10^7 entries: under 1 s", Benchmark: `^BenchmarkSeekProbes/entries=10000000/`, Unit: "ns/op", Cmp: "<", Threshold: 1e9},
 	{Text: "Controller: full resync of 1000 flows x 10 pods under 10 s", Benchmark: `^BenchmarkFullResync$`, Unit: "resync-ms", Cmp: "<", Threshold: 10_000},
 	{Text: "Controller: RSS under 200 MiB (its own process, which also holds the test broker and 10 agents)", Benchmark: `^BenchmarkFullResync$`, Unit: "rss-MiB", Cmp: "<", Threshold: 200},
-	// Fleet scale (issue 23): the controller in its own process, fake agents (internal/fleetbench).
+	// Fleet scale (issue 23): the controller in its own process, fake agents (internal/testing/fleetbench).
 	{Text: "Fleet: 100 flows x 10 pods patched together, every agent Paused, p99 <= 1 s", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Fleet: 100 flows x 10 pods through the fleet switch (kubectl subflow pause -l -A), every agent Paused, p99 <= 1 s", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10,switch$`, Unit: "all-p99-ms", Cmp: "<=", Threshold: 1000},
 	{Text: "Fleet: 100 x 10, the input alone: the API server answered the 100 patches, p99 (context: the floor under the row above on this machine)", Benchmark: `^BenchmarkFleetPause/flows=100,pods=10$`, Unit: "patched-p99-ms"},

@@ -1,5 +1,5 @@
 // Command chaos runs a seeded random run of operations over the whole system (see package
-// internal/chaos) and exits non-zero on any invariant violation. The seed is printed first;
+// internal/testing/chaos) and exits non-zero on any invariant violation. The seed is printed first;
 // run again with -seed to replay the same sequence of operations.
 //
 //	go run ./hack/chaos -seed 42 -ops 1000 -messages 100000 -duration 10m
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/subflow-dev/subflow/internal/chaos"
+	"github.com/subflow-dev/subflow/internal/testing/chaos"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/subflow-dev/subflow/internal/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // TestInteractiveKeepsProducingAndStopsWithGoRun runs the demo as a person would

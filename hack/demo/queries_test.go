@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/subflow-dev/subflow/internal/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
 )
 
 // The monitoring queries of config/monitoring, turned into PromQL the demo's Prometheus can run.

@@ -33,13 +33,13 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/podsim"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
-	"github.com/subflow-dev/subflow/internal/pulsartest"
-	"github.com/subflow-dev/subflow/internal/testclock"
-	"github.com/subflow-dev/subflow/internal/testenv"
-	"github.com/subflow-dev/subflow/internal/testkit"
-	"github.com/subflow-dev/subflow/internal/wirerec"
+	"github.com/subflow-dev/subflow/internal/testing/podsim"
+	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testclock"
+	"github.com/subflow-dev/subflow/internal/testing/testenv"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 	"github.com/subflow-dev/subflow/webhooks"
 )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make e2e: the end-to-end suite on a real single-node Kubernetes (internal/realcluster).
+# make e2e: the end-to-end suite on a real single-node Kubernetes (internal/testing/realcluster).
 # Installs the container runtime from Debian's packages when missing, builds the node's binaries
 # (cached) and the images, then runs ./e2e/, which starts the cluster and a real Pulsar, and
 # tears both down however it ends. Needs root.

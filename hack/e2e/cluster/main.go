@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/subflow-dev/subflow/internal/realcluster"
+	"github.com/subflow-dev/subflow/internal/testing/realcluster"
 )
 
 func main() {

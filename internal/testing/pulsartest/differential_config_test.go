@@ -1,0 +1,165 @@
+package pulsartest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
+)
+
+// maxMessageSize: what CONNECTED announces, the client's own refusal of a larger message,
+// and the broker's frame limit, to the byte.
+func diffMaxMessageSize(tg *diffTarget, o *observation) {
+	topic := tg.topic("max-size")
+	tg.call(http.MethodPut, topic, "") // the broker loads the topic's bundle: raw clients do no lookup
+	rc := tg.raw()
+	connected := rc.await("CONNECTED", func(c *pb.BaseCommand) bool { return c.GetType() == pb.BaseCommand_CONNECTED })
+	maxSize := int(connected.GetConnected().GetMaxMessageSize())
+	o.set("CONNECTED max_message_size", "%d", maxSize)
+
+	p := tg.producer(topic, 0)
+	_, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: make([]byte, maxSize+1)})
+	o.set("pulsar-client-go send of max_message_size + 1 bytes", "%v", err)
+
+	// Not a frame between maxMessageSize and the decoder's limit: the broker takes it, but the
+	// standalone's bookie (nettyMaxFrameSizeBytes 5 MiB) refuses the entry and the broker
+	// retries it on new ledgers for good, which holds up the scenarios after this one.
+	rc.producer(fullName(topic), 1, "raw-big")
+	rc.sendFrameOfSize(1, 0, "raw-big", maxSize-1024)
+	tg.eventually("the frame answered", func() bool { return rc.answerTo(1, 0) != "" || rc.closed() })
+	o.set("SEND frame of max_message_size - 1 KiB", "%s", orNone(rc.answerTo(1, 0)))
+	rc.sendFrameOfSize(1, 1, "raw-big", maxSize+10*1024-3)
+	tg.eventually("the connection closed", rc.closed)
+	o.set("SEND frame of max_message_size + 10 KiB - 3 (one byte over the decoder's limit)", "connection closed, answer=%s", orNone(rc.answerTo(1, 1)))
+	var st diffTopicStats
+	tg.getJSON(topic+"/stats", &st)
+	o.set("msgInCounter", "%d", st.MsgInCounter)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// Key_Shared with subscriptionKeySharedUseConsistentHashing=false: hash ranges split in join
+// order; a consumer that comes back splits the biggest range again.
+func diffKeySharedHashRanges(tg *diffTarget, o *observation) {
+	topic := tg.topic("ks-ranges")
+	consumers := map[string]pulsar.Consumer{}
+	subscribe := func(name string) {
+		consumers[name] = tg.subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Name: name, Type: pulsar.KeyShared, ReceiverQueueSize: 100})
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		subscribe(name)
+	}
+	tg.eventually("all granted", func() bool { return len(tg.rec.Flows(wirerec.Filter{Topic: topic})) >= 3 })
+	p := tg.producer(topic, 0)
+	round := func(label string) {
+		var msgs []*pulsar.ProducerMessage
+		for i := range 40 {
+			msgs = append(msgs, &pulsar.ProducerMessage{Key: fmt.Sprintf("key-%d", i), Payload: fmt.Appendf(nil, "key-%d", i)})
+		}
+		tg.send(p, msgs...)
+		got := tg.drain(consumers, len(msgs))
+		var parts []string
+		for i := range msgs {
+			parts = append(parts, got[fmt.Sprintf("key-%d", i)])
+		}
+		o.set(label, "%s", strings.Join(parts, " "))
+		tg.eventually("acks applied", func() bool { return tg.subStats(topic, "sub").MsgBacklog == 0 })
+	}
+	round("keys to a b c")
+	consumers["b"].Close()
+	delete(consumers, "b")
+	round("keys after b left")
+	mark := tg.rec.Mark()
+	subscribe("b")
+	tg.eventually("b back", func() bool { return len(tg.rec.Flows(wirerec.Filter{Topic: topic, Since: mark})) > 0 })
+	round("keys after b came back")
+}
+
+// REACHED_END_OF_TOPIC: when the broker tells the consumers of a terminated topic that they
+// acknowledged everything, seen by raw consumers, and what pulsar-client-go does with it.
+func diffReachedEndOfTopic(tg *diffTarget, o *observation) {
+	topic := tg.topic("end")
+	full := fullName(topic)
+	tg.sendN(tg.producer(topic, 0), "m", 2)
+	rc := tg.raw()
+	rc.subscribe(full, "done", pb.CommandSubscribe_Exclusive, 1)
+	rc.subscribe(full, "pending", pb.CommandSubscribe_Shared, 2)
+	rc.flow(1, 10)
+	rc.flow(2, 10)
+	tg.eventually("both delivered", func() bool { return len(rc.messagesFor(1)) == 2 && len(rc.messagesFor(2)) == 2 })
+	rc.ackWait(1, 11, rc.messagesFor(1)...)
+	rc.ackWait(2, 12, rc.messagesFor(2)[0])
+	rc.roundTrip()
+	told := func() string { return fmt.Sprintf("done=%d pending=%d", rc.reachedEnd(1), rc.reachedEnd(2)) }
+	o.set("before terminate", "%s", told())
+
+	status, _, _ := tg.call(http.MethodPost, topic+"/terminate", "")
+	tg.eventually("the acknowledged subscription told", func() bool { return rc.reachedEnd(1) > 0 })
+	rc.roundTrip()
+	o.set("after terminate", "status=%d %s", status, told())
+	rc.ackWait(2, 13, rc.messagesFor(2)[1])
+	tg.eventually("told after the last ack", func() bool { return rc.reachedEnd(2) > 0 })
+	rc.roundTrip()
+	o.set("after the pending subscription's last ack", "%s", told())
+
+	rc.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{ConsumerId: ptr(uint64(1)), RequestId: ptr(uint64(14))}})
+	rc.await("closed", func(c *pb.BaseCommand) bool { return c.GetSuccess().GetRequestId() == 14 })
+	rc.subscribe(full, "done", pb.CommandSubscribe_Exclusive, 3)
+	rc.roundTrip()
+	o.set("a new consumer of done, before FLOW", "%d", rc.reachedEnd(3))
+	rc.flow(3, 10)
+	tg.eventually("the new consumer told on its read", func() bool { return rc.reachedEnd(3) > 0 })
+	rc.flow(3, 10)
+	rc.roundTrip()
+	o.set("a new consumer of done, after two FLOWs", "%d", rc.reachedEnd(3))
+	rc.subscribe(full, "late", pb.CommandSubscribe_Shared, 4)
+	rc.flow(4, 10)
+	tg.eventually("the late subscription delivered", func() bool { return len(rc.messagesFor(4)) == 2 })
+	rc.roundTrip()
+	o.set("a new subscription from the earliest, delivered everything", "%d", rc.reachedEnd(4))
+	rc.ackWait(4, 15, rc.messagesFor(4)...)
+	tg.eventually("told after its acks", func() bool { return rc.reachedEnd(4) > 0 })
+	rc.roundTrip()
+	o.set("a new subscription from the earliest, acked everything", "%d", rc.reachedEnd(4))
+
+	goTopic := tg.topic("end-go")
+	p := tg.producer(goTopic, 0)
+	cons := tg.subscribe(pulsar.ConsumerOptions{Topic: goTopic, SubscriptionName: "sub"})
+	tg.sendN(p, "g", 1)
+	tg.receive(cons, 1, true)
+	tg.eventually("ack applied", func() bool { return tg.subStats(goTopic, "sub").MsgBacklog == 0 })
+	f := wirerec.Filter{Topic: goTopic, Subscription: "sub"}
+	mark := tg.rec.Mark()
+	tg.call(http.MethodPost, goTopic+"/terminate", "")
+	tg.eventually("the third subscription's FLOW", func() bool {
+		subs := tg.rec.Consumers(f)
+		return len(subs) == 3 && len(tg.rec.Flows(wirerec.Filter{Topic: goTopic, Subscription: "sub", Since: subs[2].Session})) > 0
+	})
+	tg.barrier(cons)
+	reached := len(tg.rec.Events(wirerec.Filter{Since: mark}, pb.BaseCommand_REACHED_END_OF_TOPIC))
+	o.set("pulsar-client-go consumer connected at terminate", "told %d times, subscribed %d times", reached, len(tg.rec.Consumers(f)))
+}
+
+// GET .../partitions of a topic that does not exist, with and without checkAllowAutoCreation.
+func diffPartitionsOfMissingTopic(tg *diffTarget, o *observation) {
+	topic := tg.topic("never-created")
+	for _, q := range []string{"", "?checkAllowAutoCreation=true", "?checkAllowAutoCreation=false"} {
+		status, body, _ := tg.call(http.MethodGet, topic+"/partitions"+q, "")
+		o.set("GET partitions"+q, "status=%d body=%s", status, strings.ReplaceAll(strings.TrimSpace(string(body)), tg.suffix, ""))
+	}
+	status, _, _ := tg.call(http.MethodGet, topic+"/stats", "")
+	o.set("the topic after those calls", "status=%d", status)
+	tg.sendN(tg.producer(tg.topic("created"), 0), "m", 1)
+	status, body, _ := tg.call(http.MethodGet, tg.topic("created")+"/partitions", "")
+	o.set("GET partitions of a non-partitioned topic", "status=%d body=%s", status, strings.TrimSpace(string(body)))
+}
