@@ -112,10 +112,10 @@ conformance-pulsar: ## Run the conformance tests (and the test broker's differen
 	@set -e; for v in $(PULSAR_VERSIONS); do \
 		echo "== conformance on Apache Pulsar $$v"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec -- sh -c '$(MAKE) --no-print-directory conformance && \
-			$(GO) test $(TEST_FLAGS) -run Differential ./internal/pulsartest/'; \
+			$(GO) test $(TEST_FLAGS) -run Differential ./internal/testing/pulsartest/'; \
 		echo "== test broker differential scenarios on Apache Pulsar $$v with Key_Shared hash ranges"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec --set subscriptionKeySharedUseConsistentHashing=false -- \
-			$(GO) test $(TEST_FLAGS) -run 'Differential/KeySharedHashRanges' ./internal/pulsartest/; \
+			$(GO) test $(TEST_FLAGS) -run 'Differential/KeySharedHashRanges' ./internal/testing/pulsartest/; \
 		echo "== conformance on Apache Pulsar $$v without index metadata"; \
 		PULSAR_VERSION=$$v $(PULSAR) exec $(PULSAR_NO_INDEX_METADATA) -- $(MAKE) --no-print-directory conformance; \
 	done
@@ -124,7 +124,7 @@ conformance-pulsar: ## Run the conformance tests (and the test broker's differen
 chaos-pulsar: ## Run the short seeded chaos run (TestShortRun) on a real Apache Pulsar of each of PULSAR_VERSIONS.
 	@set -e; export KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)"; for v in $(PULSAR_VERSIONS); do \
 		echo "== chaos, short run, on Apache Pulsar $$v"; \
-		PULSAR_VERSION=$$v $(PULSAR) exec -- $(GO) test $(TEST_FLAGS) -run '^TestShortRun$$' ./internal/chaos/; \
+		PULSAR_VERSION=$$v $(PULSAR) exec -- $(GO) test $(TEST_FLAGS) -run '^TestShortRun$$' ./internal/testing/chaos/; \
 	done
 
 .PHONY: demo-pulsar

@@ -24,7 +24,7 @@ for v in "${versions[@]}"; do
 		"$GO" mod tidy >/dev/null
 		got=$("$GO" list -m -f '{{.Version}}' github.com/apache/pulsar-client-go)
 		[[ "$got" == "$v" ]] || { echo "client-versions: the copy builds with $got, not $v" >&2; exit 1; }
-		"$GO" test -race -count=${CLIENT_TEST_COUNT:-1} -timeout 30m ./agent/... ./internal/wirerec/...
+		"$GO" test -race -count=${CLIENT_TEST_COUNT:-1} -timeout 30m ./agent/... ./internal/testing/wirerec/...
 	)
 	rm -rf "$copy"
 	trap - EXIT

@@ -19,7 +19,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Built first so that the process we stop is the broker itself, not `go run`.
-"$GO" build -o "$work/pulsartest" ./internal/pulsartest/cmd/pulsartest
+"$GO" build -o "$work/pulsartest" ./internal/testing/pulsartest/cmd/pulsartest
 "$work/pulsartest" "$@" >"$work/urls" 2>"$work/log" &
 broker_pid=$!
 

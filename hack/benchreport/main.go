@@ -3,7 +3,7 @@
 // marked met, missed or not measured.
 //
 //	go run ./hack/benchreport                      # every package with benchmarks
-//	go run ./hack/benchreport ./internal/pulsartest/
+//	go run ./hack/benchreport ./internal/testing/pulsartest/
 //	go run ./hack/benchreport -input bench.txt     # report on saved go test -bench output
 //
 // Progress (go test's own output) goes to stderr. It exits non-zero when a package failed,

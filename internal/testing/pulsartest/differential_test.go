@@ -33,8 +33,8 @@ import (
 // in-process one except for the lines listed in knownDivergences, which
 // doc.go explains.
 //
-//	hack/pulsar/pulsar.sh exec -- go test -race -count=1 -run Differential -v ./internal/pulsartest/
-//	PULSAR_VERSION=4.2.4 hack/pulsar/pulsar.sh exec -- go test -race -count=1 -run Differential -v ./internal/pulsartest/
+//	hack/pulsar/pulsar.sh exec -- go test -race -count=1 -run Differential -v ./internal/testing/pulsartest/
+//	PULSAR_VERSION=4.2.4 hack/pulsar/pulsar.sh exec -- go test -race -count=1 -run Differential -v ./internal/testing/pulsartest/
 
 // knownDivergences are observation lines ("scenario/key", or
 // "scenario/key@profile" for one broker line) on which the real broker
@@ -82,7 +82,7 @@ type diffScenario struct {
 // scenario runs on the real broker only when the broker's runtime configuration has the
 // values it needs, so that one run per configuration covers each scenario once:
 //
-//	hack/pulsar/pulsar.sh exec --set subscriptionKeySharedUseConsistentHashing=false -- go test -run Differential ./internal/pulsartest/
+//	hack/pulsar/pulsar.sh exec --set subscriptionKeySharedUseConsistentHashing=false -- go test -run Differential ./internal/testing/pulsartest/
 var diffSettingDefaults = map[string]string{
 	"subscriptionKeySharedUseConsistentHashing": "true",
 }

@@ -305,5 +305,5 @@
 // ERROR (NotAllowedError) naming the command; each is logged once and counted
 // (Broker.Unmodelled).
 //
-// Regenerate the protocol subset with `go generate ./internal/pulsartest/...`.
+// Regenerate the protocol subset with `go generate ./internal/testing/pulsartest/...`.
 package pulsartest
