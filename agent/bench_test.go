@@ -18,10 +18,7 @@ func subscriberFor(e *env, name string) func(pulsar.ConsumerOptions) (pulsar.Con
 		return func(o pulsar.ConsumerOptions) (pulsar.Consumer, error) {
 			c, err := e.agent.Subscribe(e.client, o)
 			if err == nil {
-				c.mu.Lock()
-				c.slowOnly = true
-				c.syncFastLocked()
-				c.unlockGate()
+				c.gate.disableFastTake()
 			}
 			return c, err
 		}

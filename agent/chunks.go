@@ -60,31 +60,10 @@ func isChunkedID(id pulsar.MessageID) bool {
 
 // noteChunked records that the consumer receives chunked messages once one reaches the gate.
 // Lock-free: the fast take calls it for every message.
-func (c *Consumer) noteChunked(cm pulsar.ConsumerMessage) {
-	if !c.chunked.Load() && cm.Message != nil && isChunkedID(cm.Message.ID()) {
-		c.chunked.Store(true)
+func (g *gate) noteChunked(cm pulsar.ConsumerMessage) {
+	if !g.chunked.Load() && cm.Message != nil && isChunkedID(cm.Message.ID()) {
+		g.chunked.Store(true)
 	}
-}
-
-// armRenewalLocked schedules the next fresh subscription of a paused consumer that receives
-// chunked messages, unless one is scheduled for this session already: repeated pushes of the
-// same pause must not postpone it.
-func (c *Consumer) armRenewalLocked() {
-	if c.renewal != nil || c.phase == gateOpen || c.inner == nil || c.closed || !c.chunked.Load() {
-		return
-	}
-	c.renewSeq++
-	seq := c.renewSeq
-	c.renewal = time.AfterFunc(chunkExpiry(c.opts)/2, func() { c.renew(seq) })
-}
-
-// disarmRenewalLocked cancels the scheduled renewal: the gate opens, or the session ends.
-func (c *Consumer) disarmRenewalLocked() {
-	if c.renewal != nil {
-		c.renewal.Stop()
-		c.renewal = nil
-	}
-	c.renewSeq++ // a callback already running finds itself stale
 }
 
 // renew subscribes the paused consumer afresh so that the client's expiry of incomplete
@@ -92,24 +71,19 @@ func (c *Consumer) disarmRenewalLocked() {
 func (c *Consumer) renew(seq int64) {
 	_ = c.lock(context.Background())
 	defer c.unlock()
-	c.mu.Lock()
-	stale := seq != c.renewSeq || c.closed
-	if !stale {
-		c.renewal = nil
+	if seq != c.session.renewSeq || c.session.state == sessionEnded {
+		return // stale
 	}
-	c.unlockGate()
-	if stale || c.desired() != protocol.Paused {
+	c.session.renewal = nil
+	if c.desired() != protocol.Paused {
 		return
 	}
 	c.log.Info("Subscribing afresh while paused, before the client could expire incomplete chunked messages",
 		"expireTimeOfIncompleteChunk", chunkExpiry(c.opts).String())
 	c.metrics.m.chunkRenewals.Inc()
-	done := make(chan struct{})
-	c.renewing.Store(&done)
-	defer func() {
-		c.renewing.Store(nil)
-		close(done)
-	}()
-	c.closeInner()
+	c.session.end(sessionRenewing)
 	c.logIfFailed(c.reconcile())
+	if c.session.state == sessionRenewing {
+		c.session.set(sessionUnsubscribed, nil, nil) // the subscribe failed: acks wait no more
+	}
 }

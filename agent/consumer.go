@@ -48,38 +48,14 @@ type Consumer struct {
 	remoteGen                 int64
 	started                   bool
 
-	// chunked: the consumer receives chunked messages (see chunks.go); set once, read
-	// lock-free by the fast take.
-	chunked atomic.Bool
-	// renewing is closed when the chunk renewal under way has subscribed again (chunks.go).
-	renewing atomic.Pointer[chan struct{}]
-
 	pumpOnce sync.Once
 	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
 	pumping  atomic.Bool                 // Chan() was called
-	live     atomic.Pointer[liveInner]   // inner, for calls that need no gate state
-	ended    atomic.Bool                 // closed, likewise
 
-	mu       sync.Mutex
-	takersGo *sync.Cond // signalled when takers drops to zero
-	gate                // the message path, guarded by mu
-
-	// The session, guarded by mu.
-	inner  pulsar.Consumer // the client's consumer, nil while unsubscribed
-	broker *brokerSession  // what is known of inner's connection to the broker
-	closed bool            // Close or Unsubscribe ended the consumer for good
-	// seeking: a seek by index has the consumer unsubscribed while it resets cursors (seek.go);
-	// seekWant is the state wished for meanwhile, which the consumer reports and returns to.
-	seeking  bool
-	seekWant protocol.State
-	state    protocol.State
-	since    time.Time
-	// renewal is the scheduled fresh subscription of a paused consumer of chunked messages;
-	// renewSeq tells a stale callback from the current one.
-	renewal   *time.Timer
-	renewSeq  int64
-	nacks     []deferredNack // nacks the agent keeps until due while open (nack.go)
-	nackTimer *time.Timer    // the next hand-over of nacks to the client
+	gate     *gate    // the message path (gate.go)
+	nacks    nackBook // the nacks the agent keeps (nack.go)
+	session  session  // the subscription, guarded by transitions (session.go)
+	observed atomic.Pointer[observation]
 }
 
 func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *Consumer {
@@ -100,13 +76,12 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		out:         make(chan pulsar.ConsumerMessage),
 	}
 	c.life, c.endLife = context.WithCancel(context.Background())
-	c.chunked.Store(declaresChunks(opts))
-	c.takersGo = sync.NewCond(&c.mu)
-	c.changed = make(chan struct{})
-	c.state = protocol.Stopped
-	c.since = time.Now()
 	c.log = a.log.WithValues("topic", c.topic, "subscription", opts.SubscriptionName, "consumer", opts.Name)
 	c.metrics = a.metrics.forConsumer(c.topic, opts.SubscriptionName, opts.Name)
+	c.gate = newGate(c, c.zeroQueue, declaresChunks(opts), c.metrics)
+	c.nacks = nackBook{opts: opts, metrics: c.metrics}
+	c.session = session{client: client, opts: opts, log: c.log, gate: c.gate, nacks: &c.nacks}
+	c.observed.Store(&observation{state: protocol.Stopped, since: time.Now()})
 	return c
 }
 
@@ -137,7 +112,14 @@ func (c *Consumer) lock(ctx context.Context) error {
 	}
 }
 
-func (c *Consumer) unlock() { <-c.transitions }
+// unlock releases the transition lock, after checking the session's invariants when a test
+// asked for it.
+func (c *Consumer) unlock() {
+	if checkSession != nil {
+		checkSession(&c.session)
+	}
+	<-c.transitions
+}
 
 // lockSeeks takes the seek lock unless ctx ends first.
 func (c *Consumer) lockSeeks(ctx context.Context) error {
@@ -151,79 +133,21 @@ func (c *Consumer) lockSeeks(ctx context.Context) error {
 
 func (c *Consumer) unlockSeeks() { <-c.seeks }
 
-// current returns the underlying consumer, or an error when there is none. It reads without
-// c.mu: acks go through it once per message.
-func (c *Consumer) current() (pulsar.Consumer, error) {
-	if c.ended.Load() {
-		return nil, ErrConsumerClosed
-	}
-	if l := c.live.Load(); l != nil {
-		return l.Consumer, nil
-	}
-	if r := c.renewing.Load(); r != nil {
-		// A chunk renewal is between its close and its subscribe: acks and the like go to
-		// the new consumer, a few round trips later.
-		<-*r
-		if l := c.live.Load(); l != nil {
-			return l.Consumer, nil
-		}
-	}
-	return nil, ErrConsumerStopped
-}
-
-// liveInner wraps the underlying consumer for atomic publication.
-type liveInner struct{ pulsar.Consumer }
-
-// setInnerLocked replaces the underlying consumer and its channel; plugged says src was made
-// full (newSource).
-func (c *Consumer) setInnerLocked(inner pulsar.Consumer, src chan pulsar.ConsumerMessage, plugged bool) {
-	c.inner = inner
-	if inner == nil {
-		c.broker = nil
-	}
-	c.plug.use(src, plugged)
-	if inner == nil {
-		c.live.Store(nil)
-		return
-	}
-	c.live.Store(&liveInner{inner})
-}
-
-// endLocked marks the consumer closed for good.
-func (c *Consumer) endLocked() {
-	c.closed = true
-	c.ended.Store(true)
-	c.endLife()
-}
-
 // Status reports the observed state of the consumer.
 func (c *Consumer) Status() protocol.ConsumerStatus {
-	c.mu.Lock()
-	defer c.unlockGate()
+	obs := c.observed.Load()
+	held, receivedWhilePaused := c.gate.counts()
 	st := protocol.ConsumerStatus{
 		Topic:               c.topic,
 		Subscription:        c.opts.SubscriptionName,
 		Name:                c.opts.Name,
-		State:               c.state,
-		Since:               c.since,
-		HeldMessages:        int64(c.heldCountLocked()),
-		ReceivedWhilePaused: c.receivedWhilePaused,
+		State:               obs.state,
+		Since:               obs.since,
+		HeldMessages:        int64(held),
+		ReceivedWhilePaused: receivedWhilePaused,
 	}
-	st.Connected, st.LastConnected, st.ReconnectingSince = c.brokerStateLocked()
+	st.Connected, st.LastConnected, st.ReconnectingSince = c.session.connection()
 	return st
-}
-
-// brokerStateLocked reports whether the client's consumer is connected, as far as the agent
-// can tell (brokerSession), when it last connected, and since when it has been reconnecting.
-func (c *Consumer) brokerStateLocked() (connected bool, last, reconnectingSince *time.Time) {
-	if c.inner == nil || c.broker == nil {
-		return c.inner != nil, nil, nil
-	}
-	at, since := c.broker.state()
-	if since.IsZero() {
-		return true, &at, nil
-	}
-	return false, &at, &since
 }
 
 // Topic is the topic, the comma-separated topics or the pattern the consumer was created for.
@@ -263,11 +187,11 @@ func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
 		return err
 	}
 	defer c.unlock()
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
-	c.waitFetchStopped()
+	c.gate.stopFetch()
 	if err := call(inner); err != nil {
 		return err
 	}
@@ -283,7 +207,7 @@ func (c *Consumer) GetLastMessageIDs() ([]pulsar.TopicMessageID, error) {
 		return nil, err
 	}
 	defer c.unlock()
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +219,7 @@ func (c *Consumer) Ack(msg pulsar.Message) error { return c.AckID(msg.ID()) }
 
 // AckID acknowledges a message by id; it works while paused.
 func (c *Consumer) AckID(id pulsar.MessageID) error {
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
@@ -304,7 +228,7 @@ func (c *Consumer) AckID(id pulsar.MessageID) error {
 
 // AckIDList acknowledges several messages.
 func (c *Consumer) AckIDList(ids []pulsar.MessageID) error {
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
@@ -313,7 +237,7 @@ func (c *Consumer) AckIDList(ids []pulsar.MessageID) error {
 
 // AckWithTxn acknowledges a message within a transaction.
 func (c *Consumer) AckWithTxn(msg pulsar.Message, txn pulsar.Transaction) error {
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
@@ -325,7 +249,7 @@ func (c *Consumer) AckCumulative(msg pulsar.Message) error { return c.AckIDCumul
 
 // AckIDCumulative acknowledges every message up to id.
 func (c *Consumer) AckIDCumulative(id pulsar.MessageID) error {
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
@@ -335,14 +259,14 @@ func (c *Consumer) AckIDCumulative(id pulsar.MessageID) error {
 // ReconsumeLater sends msg to the retry topic; a no-op while stopped (the message returns to
 // the broker anyway).
 func (c *Consumer) ReconsumeLater(msg pulsar.Message, delay time.Duration) {
-	if inner, err := c.current(); err == nil {
+	if inner, err := c.session.current(); err == nil {
 		inner.ReconsumeLater(msg, delay)
 	}
 }
 
 // ReconsumeLaterWithCustomProperties is ReconsumeLater with properties.
 func (c *Consumer) ReconsumeLaterWithCustomProperties(msg pulsar.Message, props map[string]string, delay time.Duration) {
-	if inner, err := c.current(); err == nil {
+	if inner, err := c.session.current(); err == nil {
 		inner.ReconsumeLaterWithCustomProperties(msg, props, delay)
 	}
 }
@@ -350,11 +274,19 @@ func (c *Consumer) ReconsumeLaterWithCustomProperties(msg pulsar.Message, props 
 // Nack asks for redelivery of msg after the consumer's NackRedeliveryDelay (or backoff
 // policy); a no-op while stopped. The delay runs only while the consumer runs (nack.go), so
 // nothing is redelivered, retried or dead-lettered while paused, whenever the nack was made.
-func (c *Consumer) Nack(msg pulsar.Message) { c.nack(deferredNack{msg: msg}) }
+func (c *Consumer) Nack(msg pulsar.Message) {
+	// The application asked for the message again: the broker's next copy must pass the
+	// redelivery filter, unless the gate still holds a copy, which is the one asked for.
+	c.gate.forgetCopy(msg.ID())
+	c.nacks.add(deferredNack{msg: msg})
+}
 
 // NackID asks for redelivery of a message by id, its delay running only while the consumer
 // runs, like Nack.
-func (c *Consumer) NackID(id pulsar.MessageID) { c.nack(deferredNack{id: id}) }
+func (c *Consumer) NackID(id pulsar.MessageID) {
+	c.gate.forgetCopy(id)
+	c.nacks.add(deferredNack{id: id})
+}
 
 // Seek resets the subscription to id (non-partitioned topics, as in the client). Messages the
 // gate holds are dropped; the gate stays closed during the seek.
@@ -367,6 +299,28 @@ func (c *Consumer) SeekByTime(t time.Time) error {
 	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.SeekByTime(t) })
 }
 
+// DropHeld drops the messages the gate holds that it took at or before `before` (all when
+// before is zero) and returns how many. An agent that did not execute a seek calls it so that
+// messages from before the seek never reach the application; they are not acknowledged.
+func (c *Consumer) DropHeld(before time.Time) int { return c.DropHeldOf(before, nil) }
+
+// DropHeldOf is DropHeld for the messages of some partitions only (-1 names a non-partitioned
+// topic; nil names every partition): a seek that moved only some cursors leaves the others'
+// messages wanted. The messages of an earlier seek target's entry on a moved partition are
+// wanted again too.
+func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
+	set := newPartitionSet(partitions)
+	n := c.gate.cursorMoved(before, set, func(old skipSet) skipSet { return old.without(set) })
+	if n > 0 {
+		c.log.Info("Held messages dropped", "dropped", n, "partitions", partitions)
+	}
+	return n
+}
+
+// DeferredNacks returns how many nacks the agent keeps: made while paused, or waiting for their
+// redelivery delay to pass while running.
+func (c *Consumer) DeferredNacks() int { return c.nacks.count() }
+
 // Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed, Run and
 // SetState return it, and State reports Stopped, not connected. Held messages and deferred
 // nacks are dropped: closing returns those messages to the broker. Idempotent.
@@ -378,16 +332,13 @@ func (c *Consumer) Close() {
 
 // finish closes the consumer for good; callers hold the transition lock.
 func (c *Consumer) finish(why string) {
-	c.mu.Lock()
-	if c.closed {
-		c.unlockGate()
+	if c.session.state == sessionEnded {
 		return
 	}
-	c.closeGateLocked()
-	c.endLocked()
-	c.signalLocked()
-	c.unlockGate()
-	c.closeInner()
+	c.closeGate()
+	c.gate.end()
+	c.endLife()
+	c.session.end(sessionEnded)
 	c.recordState()
 	c.agent.forget(c)
 	c.metrics.delete()
@@ -396,9 +347,10 @@ func (c *Consumer) finish(why string) {
 
 // discard releases a consumer whose first subscribe failed.
 func (c *Consumer) discard() {
-	c.mu.Lock()
-	c.endLocked()
-	c.signalLocked()
-	c.unlockGate()
+	_ = c.lock(context.Background())
+	defer c.unlock()
+	c.gate.end()
+	c.endLife()
+	c.session.end(sessionEnded)
 	c.metrics.delete()
 }

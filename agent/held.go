@@ -65,3 +65,20 @@ func (q *heldQueue) dropIf(drop func(heldMessage) bool) int {
 	q.items = kept
 	return dropped
 }
+
+// partitionSet names partitions as the client numbers them (a non-partitioned topic is 0);
+// nil names every partition.
+type partitionSet map[int32]bool
+
+func newPartitionSet(partitions []int32) partitionSet {
+	if partitions == nil {
+		return nil
+	}
+	set := partitionSet{}
+	for _, p := range partitions {
+		set[max(p, 0)] = true
+	}
+	return set
+}
+
+func (s partitionSet) has(p int32) bool { return s == nil || s[p] }

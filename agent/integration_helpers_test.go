@@ -386,9 +386,9 @@ func (e *env) connectionBarrier(t testing.TB) {
 // the clients reconnect. Works against any broker.
 func (e *env) dropConnections() { e.wire.DropConnections() }
 
-// session is one subscription of a consumer on the wire (from a SUBSCRIBE on) with what it was
+// wireSession is one subscription of a consumer on the wire (from a SUBSCRIBE on) with what it was
 // granted and sent.
-type session struct {
+type wireSession struct {
 	wirerec.Consumer
 	granted, delivered int64
 	active             *bool // the last ACTIVE_CONSUMER_CHANGE it got, if any
@@ -397,23 +397,23 @@ type session struct {
 
 // outstanding is what the broker may still send without a new FLOW: granted minus sent (the
 // broker debits per message, so it can go negative with batches).
-func (s session) outstanding() int64 { return s.granted - s.delivered }
+func (s wireSession) outstanding() int64 { return s.granted - s.delivered }
 
 // sessions returns the subscription's sessions on the wire, in SUBSCRIBE order, with their
 // counts.
-func (e *env) sessions(topic, sub string) []session {
+func (e *env) sessions(topic, sub string) []wireSession {
 	f := wirerec.Filter{Topic: topic, Subscription: sub}
 	open := map[uint64]bool{}
 	for _, c := range e.wire.Connections() {
 		open[c.ID] = c.Closed.IsZero()
 	}
-	var out []session
+	var out []wireSession
 	index := map[wirerec.Mark]int{}
 	latest := map[wirerec.ConsumerKey]wirerec.Mark{}
 	for _, c := range e.wire.Consumers(f) {
 		index[c.Session] = len(out)
 		latest[c.ConsumerKey] = c.Session
-		out = append(out, session{Consumer: c, ended: !open[c.Conn]})
+		out = append(out, wireSession{Consumer: c, ended: !open[c.Conn]})
 	}
 	for i := range out {
 		if latest[out[i].ConsumerKey] != out[i].Session {
@@ -452,8 +452,8 @@ func (e *env) sessions(topic, sub string) []session {
 }
 
 // liveSessions returns the sessions still connected.
-func (e *env) liveSessions(topic, sub string) []session {
-	return slices.DeleteFunc(e.sessions(topic, sub), func(s session) bool { return s.ended })
+func (e *env) liveSessions(topic, sub string) []wireSession {
+	return slices.DeleteFunc(e.sessions(topic, sub), func(s wireSession) bool { return s.ended })
 }
 
 // awaitLiveSessions waits until the subscription has exactly n live sessions; if it does not
@@ -690,9 +690,9 @@ func logGates(t *testing.T, consumers map[string]*Consumer) {
 	for _, name := range slices.Sorted(maps.Keys(consumers)) {
 		c := consumers[name]
 		st := c.Status()
-		c.mu.Lock()
-		dump := gateDump(c)
-		c.mu.Unlock()
+		c.gate.mu.Lock()
+		dump := c.gate.String()
+		c.gate.mu.Unlock()
 		t.Logf("consumer %s: %s, held %d, connected %v; gate: %s", name, st.State, st.HeldMessages, st.Connected, dump)
 	}
 }

@@ -73,7 +73,7 @@ func TestIntegrationPausedKeepsKeySharedRangesStoppedReleasesThem(t *testing.T) 
 	// be the gate's fault (a CI run on Pulsar 4.2.4 saw one FLOW(5) just after Pause otherwise).
 	gotA, gotB := colA.count(), colB.count()
 	poll.Eventually(t, "alpha's refills for what it received", func() bool {
-		s, ok := liveSession(e.liveSessions(topic, "sub"), "alpha")
+		s, ok := sessionNamed(e.liveSessions(topic, "sub"), "alpha")
 		return ok && s.granted == refilled(queueSize, gotA)
 	})
 	a.Pause()
@@ -184,12 +184,12 @@ func TestIntegrationPausedKeepsFailoverOwnershipStoppedReleasesIt(t *testing.T) 
 	atPause := e.mark()
 	e.produce(t, topic, 20, 100, 1)
 	poll.Eventually(t, "the active consumer's grant spent, or the consumer gone", func() bool {
-		s, ok := liveSession(e.liveSessions(topic, "sub"), activeName)
+		s, ok := sessionNamed(e.liveSessions(topic, "sub"), activeName)
 		return !ok || s.outstanding() <= 0
 	})
 	waitFailoverDelay(t, e)
 	e.connectionBarrier(t)
-	if _, ok := liveSession(e.liveSessions(topic, "sub"), activeName); !ok {
+	if _, ok := sessionNamed(e.liveSessions(topic, "sub"), activeName); !ok {
 		t.Fatal("the paused active consumer is not connected")
 	}
 	standbyOnly := wirerec.Filter{Topic: topic, Subscription: "sub", ConsumerName: standbyName, Since: atPause}
@@ -230,13 +230,13 @@ func TestIntegrationPausedKeepsFailoverOwnershipStoppedReleasesIt(t *testing.T) 
 	}
 }
 
-func liveSession(live []session, name string) (session, bool) {
+func sessionNamed(live []wireSession, name string) (wireSession, bool) {
 	for _, s := range live {
 		if s.Name == name {
 			return s, true
 		}
 	}
-	return session{}, false
+	return wireSession{}, false
 }
 
 // waitFailoverDelay returns once a Failover switch started now on a canary subscription has

@@ -126,9 +126,9 @@ func TestIntegrationSeekInsideBatchThenPauseBeforeTaking(t *testing.T) {
 	}
 	// The target's entry fills the client's channel (channelCapacity messages) before anyone takes.
 	poll.Eventually(t, "the target's entry in the client's channel", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		src := c.plug.source()
+		c.gate.mu.Lock()
+		defer c.gate.mu.Unlock()
+		src := c.gate.plug.source()
 		return src != nil && len(src) == cap(src)
 	})
 	c.Pause()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -100,109 +101,150 @@ func clientNackOptions(opts *pulsar.ConsumerOptions) {
 	opts.NackPrecisionBit = &precision
 }
 
-// nack keeps a nack until its delay has passed with the gate open. Past maxDeferredNacks,
-// nacks go to the client at once (counted in a metric).
-func (c *Consumer) nack(n deferredNack) {
-	c.mu.Lock()
-	defer c.unlockGate()
-	if c.inner == nil {
+// nackBook keeps one consumer's nacks until their delay has passed with the gate open. It has
+// a lock of its own; the consumer freezes it before closing the gate and thaws it after opening
+// it, so that its clock runs exactly while the gate is open.
+type nackBook struct {
+	opts    pulsar.ConsumerOptions // the application's, for the delays
+	metrics consumerMetrics
+
+	mu      sync.Mutex
+	inner   pulsar.Consumer // the session's client consumer; nil: nacks are no-ops
+	running bool            // the gate is open: the delays run
+	nacks   []deferredNack
+	timer   *time.Timer // the next hand-over of nacks to the client, only while running
+}
+
+// use makes inner the client consumer nacks go to; use(nil) forgets the kept nacks: the
+// session ends, and closing it returns those messages to the broker.
+func (b *nackBook) use(inner pulsar.Consumer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inner = inner
+	if inner == nil {
+		b.dropLocked()
+	}
+}
+
+// add keeps a nack until its delay has passed with the gate open. Past maxDeferredNacks, nacks
+// go to the client at once (counted in a metric).
+func (b *nackBook) add(n deferredNack) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inner == nil {
 		return // stopped or closed: closing returned the message to the broker already
 	}
-	// The application asked for the message again: the broker's next copy must pass the
-	// redelivery filter, unless the gate still holds a copy, which is the one asked for (the
-	// broker's copies of a message held through a pause are duplicates of it).
-	if id := n.messageID(); !c.held.has(id) {
-		c.handed.forgetID(id)
-	}
-	c.syncFastLocked()
-	if len(c.nacks) >= maxDeferredNacks {
-		c.metrics.m.nacksOverflow.Inc()
-		n.issue(c.inner)
+	if len(b.nacks) >= maxDeferredNacks {
+		b.metrics.m.nacksOverflow.Inc()
+		n.issue(b.inner)
 		return
 	}
-	delay := nackDelay(c.opts, n)
+	delay := nackDelay(b.opts, n)
 	n.due, n.left = time.Now().Add(delay), delay
-	c.nacks = append(c.nacks, n)
-	c.metrics.deferredNacks.Set(float64(len(c.nacks)))
-	c.scheduleNacksLocked()
+	b.nacks = append(b.nacks, n)
+	b.metrics.deferredNacks.Set(float64(len(b.nacks)))
+	b.schedule()
 }
 
-// freezeNacksLocked stops the nacks' clock: the gate has just closed.
-func (c *Consumer) freezeNacksLocked() {
-	c.stopNackTimerLocked()
-	now := time.Now()
-	for i := range c.nacks {
-		c.nacks[i].left = max(c.nacks[i].due.Sub(now), 0)
-	}
-}
-
-// thawNacksLocked restarts the nacks' clock with what was left: the gate has just opened.
-func (c *Consumer) thawNacksLocked() {
-	now := time.Now()
-	for i := range c.nacks {
-		c.nacks[i].due = now.Add(c.nacks[i].left)
-	}
-	c.scheduleNacksLocked()
-}
-
-// scheduleNacksLocked arms the timer for the earliest hand-over, while the gate is open.
-func (c *Consumer) scheduleNacksLocked() {
-	if c.phase != gateOpen || len(c.nacks) == 0 {
+// freeze stops the nacks' clock, keeping what is left of each delay: the gate is about to close.
+func (b *nackBook) freeze() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
 		return
 	}
-	next := c.nacks[0].due
-	for _, n := range c.nacks[1:] {
+	b.running = false
+	b.stopTimer()
+	now := time.Now()
+	for i := range b.nacks {
+		b.nacks[i].left = max(b.nacks[i].due.Sub(now), 0)
+	}
+}
+
+// thaw restarts the nacks' clock with what was left: the gate has just opened.
+func (b *nackBook) thaw() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running {
+		return
+	}
+	b.running = true
+	now := time.Now()
+	for i := range b.nacks {
+		b.nacks[i].due = now.Add(b.nacks[i].left)
+	}
+	b.schedule()
+}
+
+// drop forgets the kept nacks: the consumer seeks, and the broker repositions those messages.
+func (b *nackBook) drop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dropLocked()
+}
+
+// count returns how many nacks the book keeps.
+func (b *nackBook) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.nacks)
+}
+
+// isRunning reports whether the nacks' clock runs (for the consumer's invariants).
+func (b *nackBook) isRunning() (running, timer bool, kept int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running, b.timer != nil, len(b.nacks)
+}
+
+// schedule arms the timer for the earliest hand-over, while running; mu is held.
+func (b *nackBook) schedule() {
+	if !b.running || len(b.nacks) == 0 {
+		return
+	}
+	next := b.nacks[0].due
+	for _, n := range b.nacks[1:] {
 		if n.due.Before(next) {
 			next = n.due
 		}
 	}
-	c.stopNackTimerLocked()
-	c.nackTimer = time.AfterFunc(max(time.Until(next)-nackHandoff, 0), c.handOverDueNacks)
+	b.stopTimer()
+	b.timer = time.AfterFunc(max(time.Until(next)-nackHandoff, 0), b.handOverDue)
 }
 
-func (c *Consumer) stopNackTimerLocked() {
-	if c.nackTimer != nil {
-		c.nackTimer.Stop()
-		c.nackTimer = nil
+func (b *nackBook) stopTimer() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
 	}
 }
 
-// handOverDueNacks hands the nacks that are due within nackHandoff to the client, if the gate
-// is still open (else the next open reschedules them).
-func (c *Consumer) handOverDueNacks() {
-	c.mu.Lock()
-	defer c.unlockGate()
-	if c.phase != gateOpen || c.inner == nil {
+// handOverDue hands the nacks that are due within nackHandoff to the client, if the gate is
+// still open (else the next thaw reschedules them).
+func (b *nackBook) handOverDue() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running || b.inner == nil {
 		return
 	}
 	horizon := time.Now().Add(nackHandoff)
-	kept := c.nacks[:0]
-	for _, n := range c.nacks {
+	kept := b.nacks[:0]
+	for _, n := range b.nacks {
 		if n.due.After(horizon) {
 			kept = append(kept, n)
 			continue
 		}
-		n.issue(c.inner)
+		n.issue(b.inner)
 	}
-	clear(c.nacks[len(kept):])
-	c.nacks = kept
-	c.metrics.deferredNacks.Set(float64(len(c.nacks)))
-	c.scheduleNacksLocked()
+	clear(b.nacks[len(kept):])
+	b.nacks = kept
+	b.metrics.deferredNacks.Set(float64(len(b.nacks)))
+	b.schedule()
 }
 
-// dropNacksLocked forgets the kept nacks: the consumer closes or seeks, and the broker
-// returns or repositions those messages anyway.
-func (c *Consumer) dropNacksLocked() {
-	c.stopNackTimerLocked()
-	clear(c.nacks)
-	c.nacks = c.nacks[:0]
-	c.metrics.deferredNacks.Set(0)
-}
-
-// DeferredNacks returns how many nacks the agent keeps: made while paused, or waiting for their
-// redelivery delay to pass while running.
-func (c *Consumer) DeferredNacks() int {
-	c.mu.Lock()
-	defer c.unlockGate()
-	return len(c.nacks)
+func (b *nackBook) dropLocked() {
+	b.stopTimer()
+	clear(b.nacks)
+	b.nacks = b.nacks[:0]
+	b.metrics.deferredNacks.Set(0)
 }

@@ -10,12 +10,12 @@ import (
 // the gate opens, ctx ends or the consumer is closed. Messages held by the gate come first.
 func (c *Consumer) Receive(ctx context.Context) (pulsar.Message, error) {
 	if c.zeroQueue {
-		return c.receiveZeroQueue(ctx)
+		return c.gate.takeZeroQueue(ctx)
 	}
 	if c.pumping.Load() {
 		return c.receiveFromPump(ctx)
 	}
-	cm, err := c.next(ctx, nil)
+	cm, err := c.gate.take(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -39,10 +39,8 @@ func (c *Consumer) Chan() <-chan pulsar.ConsumerMessage {
 // reads what it hands over.
 func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) {
 	for {
-		c.mu.Lock()
-		closed, changed := c.closed, c.changed
-		c.unlockGate()
-		if closed {
+		ended, changed := c.gate.waitChanged()
+		if ended {
 			return nil, ErrConsumerClosed
 		}
 		select {
@@ -51,6 +49,24 @@ func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-changed:
+		}
+	}
+}
+
+// pump feeds Chan(): it takes a message when the gate is open and offers it to the
+// application until taken or the gate closes, in which case the gate holds it again.
+func (c *Consumer) pump() {
+	offer := func(cm pulsar.ConsumerMessage, changed <-chan struct{}) bool {
+		select {
+		case c.out <- cm:
+			return true
+		case <-changed:
+			return false
+		}
+	}
+	for {
+		if _, err := c.gate.take(context.Background(), offer); err != nil {
+			return
 		}
 	}
 }

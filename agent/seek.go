@@ -276,15 +276,12 @@ func (c *Consumer) beginReset(ctx context.Context) error {
 		return err
 	}
 	defer c.unlock()
-	if c.isClosed() {
+	if c.session.state == sessionEnded {
 		return ErrConsumerClosed
 	}
-	want := c.desired()
-	c.mu.Lock()
-	c.seeking, c.seekWant = true, want
-	c.unlockGate()
 	c.closeGate()
-	c.closeInner()
+	c.session.end(sessionSeeking)
+	c.session.seekWant = c.desired()
 	return nil
 }
 
@@ -328,16 +325,10 @@ func (a *Agent) resetCursors(ctx context.Context, subscription string, plan []se
 func (c *Consumer) endReset(moved movedCursors, errs []error) error {
 	_ = c.lock(context.Background())
 	defer c.unlock()
-	c.mu.Lock()
-	c.seeking = false
-	closed := c.closed
-	if !closed {
-		c.setSkips(c.skipsAfter(moved))
-		c.dropHeldLocked(time.Time{}, nil)
-	}
-	c.unlockGate()
-	if closed {
+	if c.session.state == sessionEnded {
 		return errors.Join(append([]error{ErrConsumerClosed}, errs...)...)
 	}
+	c.session.set(sessionUnsubscribed, nil, nil)
+	c.gate.cursorMoved(time.Time{}, nil, func(old skipSet) skipSet { return old.after(moved) })
 	return errors.Join(append(errs, c.reconcile())...)
 }

@@ -65,33 +65,41 @@ func (f skipFilter) before(ledger, entry int64, batch int32) bool {
 // it). Never changed once published: setSkips replaces it.
 type skipSet map[int32]skipFilter
 
-// setSkips publishes the filters of a seek; an empty set removes the filter.
-func (c *Consumer) setSkips(s skipSet) {
+// setSkips publishes the filters of a seek; an empty set removes the filter. mu is held.
+func (g *gate) setSkips(s skipSet) {
 	if len(s) == 0 {
-		c.skips.Store(nil)
+		g.skips.Store(nil)
 		return
 	}
-	c.skips.Store(&s)
+	g.skips.Store(&s)
 }
 
-// skipsAfter is the filter set once a seek moved the given cursors: a moved partition takes
-// the seek's filter (or none), one that did not move keeps the filter it had.
-func (c *Consumer) skipsAfter(moved movedCursors) skipSet {
+// currentSkips is the published filter set, nil when none.
+func (g *gate) currentSkips() skipSet {
+	if s := g.skips.Load(); s != nil {
+		return *s
+	}
+	return nil
+}
+
+// after is the filter set once a seek moved the given cursors: a moved partition takes the
+// seek's filter (or none), one that did not move keeps the filter it had.
+func (s skipSet) after(moved movedCursors) skipSet {
 	set := partitionSet{}
 	for p := range moved.partitions {
 		set[max(p, 0)] = true
 	}
-	out := c.withoutSkipsOf(set)
+	out := s.without(set)
 	maps.Copy(out, moved.skips)
 	return out
 }
 
-// withoutSkipsOf is the published filter set less the filters of the given partitions (nil:
-// all of them), for a seek another agent ran.
-func (c *Consumer) withoutSkipsOf(partitions partitionSet) skipSet {
+// without is the filter set less the filters of the given partitions (nil: all of them), for
+// a seek another agent ran.
+func (s skipSet) without(partitions partitionSet) skipSet {
 	out := skipSet{}
-	if old := c.skips.Load(); old != nil && partitions != nil {
-		for p, f := range *old {
+	if partitions != nil {
+		for p, f := range s {
 			if !partitions.has(p) {
 				out[p] = f
 			}
@@ -122,19 +130,7 @@ func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
 	if len(filters) == 0 {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.unlockGate()
-	if old := c.skips.Load(); old != nil {
-		for p, f := range *old {
-			if _, ok := filters[p]; !ok {
-				filters[p] = f
-			}
-		}
-	}
-	c.setSkips(filters)
-	c.held.dropIf(func(h heldMessage) bool { return c.skipBeforeTarget(h.cm) })
-	c.metrics.held.Set(float64(c.heldCountLocked()))
-	c.syncFastLocked()
+	c.gate.filterSeekTargets(filters)
 	return nil
 }
 
@@ -168,8 +164,8 @@ func (f skipFilter) active() bool {
 // skipBeforeTarget reports whether cm lies before a seek target inside the target's batch
 // entry, and then acknowledges it through the consumer that received it. Lock-free: every
 // take calls it.
-func (c *Consumer) skipBeforeTarget(cm pulsar.ConsumerMessage) bool {
-	s := c.skips.Load()
+func (g *gate) skipBeforeTarget(cm pulsar.ConsumerMessage) bool {
+	s := g.skips.Load()
 	if s == nil || cm.Message == nil {
 		return false
 	}

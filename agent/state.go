@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -85,11 +85,7 @@ func (c *Consumer) Generation() int64 {
 }
 
 // State returns the state the consumer is actually in.
-func (c *Consumer) State() protocol.State {
-	c.mu.Lock()
-	defer c.unlockGate()
-	return c.state
-}
+func (c *Consumer) State() protocol.State { return c.observed.Load().state }
 
 // IsPaused reports whether the gate is closed (Paused or Stopped).
 func (c *Consumer) IsPaused() bool { return c.State() != protocol.Running }
@@ -129,31 +125,34 @@ func (c *Consumer) desired() protocol.State {
 
 // reconcile brings the consumer to the desired state. Callers hold the transition lock.
 func (c *Consumer) reconcile() error {
-	if c.isClosed() {
+	if c.session.state == sessionEnded {
 		return ErrConsumerClosed
 	}
 	if !c.started {
 		return nil
 	}
 	want := c.desired()
-	if c.parkedForSeek(want) {
+	if c.session.state == sessionSeeking {
+		// A seek by index keeps the consumer unsubscribed, its gate closed, while it resets
+		// the cursors, whatever the wishes say; the wish is reported now and applied when the
+		// seek ends (endReset).
+		c.session.seekWant = want
+		c.recordState()
 		return nil
 	}
 	var err error
 	switch want {
 	case protocol.Running:
-		if err = c.ensureSubscribed(); err == nil {
+		if err = c.session.subscribe(); err == nil {
 			c.openGate()
 		}
 	case protocol.Paused:
 		c.closeGate()
-		err = c.ensureSubscribed()
-		c.mu.Lock()
-		c.armRenewalLocked()
-		c.unlockGate()
+		err = c.session.subscribe()
+		c.session.armRenewal(c.renew)
 	case protocol.Stopped:
 		c.closeGate()
-		c.closeInner()
+		c.session.end(sessionUnsubscribed)
 	}
 	c.recordState()
 	if err != nil {
@@ -162,146 +161,60 @@ func (c *Consumer) reconcile() error {
 	return nil
 }
 
-// parkedForSeek keeps the consumer unsubscribed, its gate closed, while a seek by index resets
-// its cursors, whatever the wishes say; it records the wish, which the consumer reports now and
-// applies when the seek ends (endReset).
-func (c *Consumer) parkedForSeek(want protocol.State) bool {
-	c.mu.Lock()
-	seeking := c.seeking
-	if seeking {
-		c.seekWant = want
-	}
-	c.unlockGate()
-	if seeking {
-		c.recordState()
-	}
-	return seeking
-}
-
-func (c *Consumer) isClosed() bool {
-	c.mu.Lock()
-	defer c.unlockGate()
-	return c.closed
-}
-
+// openGate opens the gate on the session's client consumer, and starts the nacks' clock.
 func (c *Consumer) openGate() {
-	c.mu.Lock()
-	c.openGateLocked()
-	inner := c.inner
-	c.unlockGate()
-	if p, ok := inner.(nativePauser); ok {
+	if c.gate.open() {
+		c.session.disarmRenewal()
+		c.nacks.thaw()
+	}
+	if p, ok := c.session.inner.(nativePauser); ok {
 		p.Resume()
 	}
 }
 
+// closeGate stops the nacks' clock and closes the gate: when it returns, nothing reaches the
+// application.
 func (c *Consumer) closeGate() {
-	c.mu.Lock()
-	c.closeGateLocked()
-	inner := c.inner
-	c.unlockGate()
-	if p, ok := inner.(nativePauser); ok {
+	c.nacks.freeze()
+	c.gate.close()
+	if p, ok := c.session.inner.(nativePauser); ok {
 		p.Pause()
 	}
 }
 
-// ensureSubscribed subscribes with the application's options and a fresh channel, plugged
-// since the gate is closed meanwhile. The client grants its initial permits on subscribe; with
-// the gate closed those messages stay buffered in the client.
-func (c *Consumer) ensureSubscribed() error {
-	c.mu.Lock()
-	if c.inner != nil {
-		c.unlockGate()
-		return nil
-	}
-	plugged := c.phase != gateOpen
-	src := newSource(c.zeroQueue, plugged)
-	c.unlockGate()
-	opts := c.opts
-	opts.MessageChannel = src
-	opts.Topics = slices.Clone(c.opts.Topics) // the client rewrites topic names in place
-	clientNackOptions(&opts)                  // the agent owns the nack delay (nack.go)
-	broker := newBrokerSession(time.Now)
-	opts.BackOffPolicyFunc = broker.policyFunc(c.opts.BackOffPolicyFunc)
-	inner, err := c.client.Subscribe(opts)
-	if err != nil {
-		return err
-	}
-	broker.subscribed()
-	if p, ok := inner.(nativePauser); ok {
-		p.Pause() // the gate is closed until the caller opens it
-	}
-	c.mu.Lock()
-	c.setInnerLocked(inner, src, plugged)
-	c.broker = broker
-	c.unlockGate()
-	c.log.Info("Consumer subscribed")
-	return nil
-}
-
-// closeInner closes the underlying consumer; the gate is closed already. Held messages and
-// deferred nacks are dropped unacknowledged: closing returns those messages to the broker.
-func (c *Consumer) closeInner() {
-	c.waitFetchStopped()
-	c.mu.Lock()
-	inner := c.inner
-	c.disarmRenewalLocked()
-	dropped := c.dropHeldLocked(time.Time{}, nil)
-	c.setInnerLocked(nil, nil, false)
-	c.dropNacksLocked()
-	c.handed.forget()
-	c.metrics.held.Set(0)
-	c.unlockGate()
-	if inner == nil {
-		return
-	}
-	inner.Close()
-	c.log.Info("Consumer unsubscribed", "droppedHeld", dropped)
-}
-
-// waitFetchStopped cancels a zero-queue fetch in flight and waits for it to end.
-func (c *Consumer) waitFetchStopped() {
-	c.mu.Lock()
-	done := c.stopFetchLocked()
-	c.unlockGate()
-	if done != nil {
-		<-done
-	}
-}
-
-// recordState derives the observed state from the gate and reports a change.
+// recordState derives the observed state from the session and the gate, and reports a change.
 func (c *Consumer) recordState() {
-	c.mu.Lock()
 	actual := protocol.Running
 	switch {
-	case c.closed:
-		actual = protocol.Stopped
-	case c.seeking:
+	case c.session.state == sessionSeeking:
 		// Unsubscribed and gated for the seek: what it was asked to be is what it returns to,
 		// and Paused and Stopped already hold (nothing reaches the application, nothing is
 		// connected).
-		actual = c.seekWant
-	case c.inner == nil:
+		actual = c.session.seekWant
+	case c.session.state != sessionSubscribed:
 		actual = protocol.Stopped
-	case c.phase != gateOpen:
+	case !c.gate.isOpen():
 		actual = protocol.Paused
 	}
-	from := c.state
-	changed := actual != from
-	if changed {
-		c.state, c.since = actual, time.Now()
-	}
-	held, phase := c.heldCountLocked(), c.phase
-	c.unlockGate()
-	if !changed {
+	from := c.observed.Load().state
+	if actual == from {
 		return
 	}
+	c.observed.Store(&observation{state: actual, since: time.Now()})
+	held, _ := c.gate.counts()
 	c.metrics.setState(from, actual)
-	c.log.Info("Consumer state changed", "from", from, "state", actual, "gate", phase.String(), "heldMessages", held, "generation", c.remoteGen)
+	c.log.Info("Consumer state changed", "from", from, "state", actual, "session", c.session.state.String(), "heldMessages", held, "generation", c.remoteGen)
 }
 
-// seekWith closes the gate, runs seek on the underlying consumer, drops the held messages the
-// seek made stale and reopens the gate if the consumer should run. Callers see no message
-// from before the seek once it returns.
+// observation is the state the consumer is in, and since when; written by recordState.
+type observation struct {
+	state protocol.State
+	since time.Time
+}
+
+// seekWith closes the gate, runs seek on the client consumer, drops the held messages the seek
+// made stale and reopens the gate if the consumer should run. Callers see no message from
+// before the seek once it returns.
 func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) error) error {
 	if err := c.lockSeeks(ctx); err != nil {
 		return err
@@ -311,22 +224,16 @@ func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) erro
 		return err
 	}
 	defer c.unlock()
-	inner, err := c.current()
+	inner, err := c.session.current()
 	if err != nil {
 		return err
 	}
 	c.closeGate()
-	c.waitFetchStopped()
-	c.mu.Lock()
-	c.unplugLocked() // the client's Seek empties its channel itself; closing plugs it again
-	c.unlockGate()
+	c.gate.stopFetch()
+	c.gate.unplug() // the client's Seek empties its channel itself; closing plugs it again
 	if err = seek(inner); err == nil {
-		c.mu.Lock()
-		c.setSkips(nil) // filters of an earlier seek no longer apply
-		dropped := c.dropHeldLocked(time.Time{}, nil)
-		c.dropNacksLocked()
-		c.handed.forget()
-		c.unlockGate()
+		dropped := c.gate.cursorMoved(time.Time{}, nil, func(skipSet) skipSet { return nil }) // filters of an earlier seek no longer apply
+		c.nacks.drop()
 		if dropped > 0 {
 			c.log.Info("Held messages dropped by seek", "dropped", dropped)
 		}
