@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"slices"
@@ -188,9 +189,11 @@ func (a *Agent) regate() {
 	consumers := append([]*Consumer(nil), a.consumers...)
 	a.mu.Unlock()
 	for _, c := range consumers {
-		if err := c.reconcileLocked(); err != nil {
+		_ = c.transitions.lock(context.Background())
+		if err := c.reconcile(); err != nil {
 			c.log.Error(err, "Applying start-up state failed")
 		}
+		c.transitions.unlock()
 	}
 }
 

@@ -69,20 +69,20 @@ func (g *gate) noteChunked(cm pulsar.ConsumerMessage) {
 // renew subscribes the paused consumer afresh so that the client's expiry of incomplete
 // chunked messages never runs for a session (see above).
 func (c *Consumer) renew(seq int64) {
-	_ = c.lock(context.Background())
-	defer c.unlock()
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
 	if seq != c.session.renewSeq || c.session.state == sessionEnded {
 		return // stale
 	}
 	c.session.renewal = nil
-	if c.desired() != protocol.Paused {
+	if c.wishes.desired(c.agent.gate.State()) != protocol.Paused {
 		return
 	}
 	c.log.Info("Subscribing afresh while paused, before the client could expire incomplete chunked messages",
 		"expireTimeOfIncompleteChunk", chunkExpiry(c.opts).String())
 	c.metrics.m.chunkRenewals.Inc()
 	c.session.end(sessionRenewing)
-	c.logIfFailed(c.reconcile())
+	logIfFailed(c.log, c.reconcile())
 	if c.session.state == sessionRenewing {
 		c.session.set(sessionUnsubscribed, nil, nil) // the subscribe failed: acks wait no more
 	}

@@ -37,12 +37,12 @@ func TestChunkRenewalWhilePausedIsNotPostponedByPushes(t *testing.T) {
 	running := fc.count()
 	plain := subscribeFake(t, a, fc, pulsar.ConsumerOptions{Topic: "persistent://public/default/plain"})
 	plain.Pause()
-	_ = c.lock(context.Background())
+	_ = c.transitions.lock(context.Background())
 	armed := c.session.renewal != nil
-	c.unlock()
-	_ = plain.lock(context.Background())
+	c.transitions.unlock()
+	_ = plain.transitions.lock(context.Background())
 	plainArmed := plain.session.renewal != nil
-	plain.unlock()
+	plain.transitions.unlock()
 	if armed || plainArmed || fc.count() != running+1 {
 		t.Fatalf("renewal armed while running (%v) or for a consumer without chunked messages (%v); %d subscribes, want %d",
 			armed, plainArmed, fc.count(), running+1)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,21 +35,16 @@ type Consumer struct {
 	// transitions serialises state changes, seeks, subscribes and Close; a channel so that
 	// callers holding a context can stop waiting. A seek by index does not hold it while the
 	// admin API resets cursors (seek.go), so Close and state changes never wait for a broker.
-	transitions chan struct{}
+	transitions ctxLock
 	// seeks serialises seeks among themselves (and with Unsubscribe), for their whole length.
-	seeks chan struct{}
+	seeks ctxLock
 	// life ends when the consumer closes for good; a seek under way gives up then.
 	life    context.Context
 	endLife context.CancelFunc
-	// Wishes, guarded by transitions.
-	localPaused, localStopped bool
-	remote                    protocol.State
-	remoteGen                 int64
-	started                   bool
+	wishes  wishes // guarded by transitions
+	started bool   // start ran: before it, reconcile only records wishes
 
-	pumpOnce sync.Once
-	out      chan pulsar.ConsumerMessage // Chan(), fed by the pump
-	pumping  atomic.Bool                 // Chan() was called
+	pump *pump // Chan()
 
 	gate     *gate    // the message path (gate.go)
 	nacks    nackBook // the nacks the agent keeps (nack.go)
@@ -65,20 +59,24 @@ func newConsumer(a *Agent, client pulsar.Client, opts pulsar.ConsumerOptions) *C
 		opts.Name = randomName()
 	}
 	c := &Consumer{
-		agent:       a,
-		client:      client,
-		opts:        opts,
-		topic:       topicLabel(opts),
-		zeroQueue:   opts.EnableZeroQueueConsumer,
-		remote:      protocol.Running,
-		transitions: make(chan struct{}, 1),
-		seeks:       make(chan struct{}, 1),
-		out:         make(chan pulsar.ConsumerMessage),
+		agent:     a,
+		client:    client,
+		opts:      opts,
+		topic:     topicLabel(opts),
+		zeroQueue: opts.EnableZeroQueueConsumer,
+		wishes:    wishes{remote: protocol.Running},
+		seeks:     newCtxLock(nil),
 	}
+	c.transitions = newCtxLock(func() {
+		if checkSession != nil {
+			checkSession(&c.session)
+		}
+	})
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.log = a.log.WithValues("topic", c.topic, "subscription", opts.SubscriptionName, "consumer", opts.Name)
 	c.metrics = a.metrics.forConsumer(c.topic, opts.SubscriptionName, opts.Name)
 	c.gate = newGate(c, c.zeroQueue, declaresChunks(opts), c.metrics)
+	c.pump = newPump(c.gate)
 	c.nacks = nackBook{opts: opts, metrics: c.metrics}
 	c.session = session{client: client, opts: opts, log: c.log, gate: c.gate, nacks: &c.nacks}
 	c.observed.Store(&observation{state: protocol.Stopped, since: time.Now()})
@@ -102,36 +100,32 @@ func topicLabel(opts pulsar.ConsumerOptions) string {
 	}
 }
 
-// lock takes the transition lock unless ctx ends first.
-func (c *Consumer) lock(ctx context.Context) error {
+// ctxLock is a mutex that a caller holding a context can stop waiting for.
+type ctxLock struct {
+	ch       chan struct{}
+	onUnlock func() // runs before each unlock, with the lock held
+}
+
+func newCtxLock(onUnlock func()) ctxLock {
+	return ctxLock{ch: make(chan struct{}, 1), onUnlock: onUnlock}
+}
+
+// lock takes the lock unless ctx ends first.
+func (l ctxLock) lock(ctx context.Context) error {
 	select {
-	case c.transitions <- struct{}{}:
+	case l.ch <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// unlock releases the transition lock, after checking the session's invariants when a test
-// asked for it.
-func (c *Consumer) unlock() {
-	if checkSession != nil {
-		checkSession(&c.session)
+func (l ctxLock) unlock() {
+	if l.onUnlock != nil {
+		l.onUnlock()
 	}
-	<-c.transitions
+	<-l.ch
 }
-
-// lockSeeks takes the seek lock unless ctx ends first.
-func (c *Consumer) lockSeeks(ctx context.Context) error {
-	select {
-	case c.seeks <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (c *Consumer) unlockSeeks() { <-c.seeks }
 
 // Status reports the observed state of the consumer.
 func (c *Consumer) Status() protocol.ConsumerStatus {
@@ -181,12 +175,12 @@ func (c *Consumer) UnsubscribeForce() error {
 func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
 	// A seek under way has the consumer unsubscribed for a while; deleting the subscription
 	// waits for it rather than fail.
-	_ = c.lockSeeks(context.Background())
-	defer c.unlockSeeks()
-	if err := c.lock(context.Background()); err != nil {
+	_ = c.seeks.lock(context.Background())
+	defer c.seeks.unlock()
+	if err := c.transitions.lock(context.Background()); err != nil {
 		return err
 	}
-	defer c.unlock()
+	defer c.transitions.unlock()
 	inner, err := c.session.current()
 	if err != nil {
 		return err
@@ -203,10 +197,10 @@ func (c *Consumer) unsubscribe(call func(pulsar.Consumer) error) error {
 // transition lock for the round trip: pulsar-client-go (v0.19 to v0.21) never answers the call
 // on a consumer closed while it waits, and a chunk renewal, a seek or Stop closes it.
 func (c *Consumer) GetLastMessageIDs() ([]pulsar.TopicMessageID, error) {
-	if err := c.lock(context.Background()); err != nil {
+	if err := c.transitions.lock(context.Background()); err != nil {
 		return nil, err
 	}
-	defer c.unlock()
+	defer c.transitions.unlock()
 	inner, err := c.session.current()
 	if err != nil {
 		return nil, err
@@ -325,8 +319,8 @@ func (c *Consumer) DeferredNacks() int { return c.nacks.count() }
 // SetState return it, and State reports Stopped, not connected. Held messages and deferred
 // nacks are dropped: closing returns those messages to the broker. Idempotent.
 func (c *Consumer) Close() {
-	_ = c.lock(context.Background())
-	defer c.unlock()
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
 	c.finish("Consumer closed")
 }
 
@@ -347,8 +341,8 @@ func (c *Consumer) finish(why string) {
 
 // discard releases a consumer whose first subscribe failed.
 func (c *Consumer) discard() {
-	_ = c.lock(context.Background())
-	defer c.unlock()
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
 	c.gate.end()
 	c.endLife()
 	c.session.end(sessionEnded)

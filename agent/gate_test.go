@@ -359,9 +359,9 @@ func TestNativePauseUsedWhenOffered(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	c.Pause()
 	c.Resume()
-	_ = c.lock(context.Background())
+	_ = c.transitions.lock(context.Background())
 	n := c.session.inner.(*nativeFake)
-	c.unlock()
+	c.transitions.unlock()
 	if n.pauses.Load() < 1 || n.resumes.Load() < 1 {
 		t.Fatalf("native Pause/Resume called %d/%d times", n.pauses.Load(), n.resumes.Load())
 	}

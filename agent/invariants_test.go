@@ -52,8 +52,8 @@ func TestGateInvariantsSeeABrokenPlug(t *testing.T) {
 func TestSessionInvariantsSeeAStaleMirror(t *testing.T) {
 	fc := &fakeClient{}
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
-	_ = c.lock(t.Context())
-	defer func() { <-c.transitions }() // released without the check: the mirror is broken
+	_ = c.transitions.lock(t.Context())
+	defer func() { <-c.transitions.ch }() // released without the check: the mirror is broken
 	if broken := c.session.invariants(); len(broken) != 0 {
 		t.Fatalf("a running session breaks %v", broken)
 	}

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 )
@@ -12,8 +14,8 @@ func (c *Consumer) Receive(ctx context.Context) (pulsar.Message, error) {
 	if c.zeroQueue {
 		return c.gate.takeZeroQueue(ctx)
 	}
-	if c.pumping.Load() {
-		return c.receiveFromPump(ctx)
+	if c.pump.started() {
+		return c.pump.receive(ctx)
 	}
 	cm, err := c.gate.take(ctx, nil)
 	if err != nil {
@@ -28,45 +30,61 @@ func (c *Consumer) Chan() <-chan pulsar.ConsumerMessage {
 	if c.zeroQueue {
 		panic("agent: a zero-queue consumer cannot support Chan; use Receive")
 	}
-	c.pumpOnce.Do(func() {
-		c.pumping.Store(true)
-		go c.pump()
-	})
-	return c.out
-}
-
-// receiveFromPump serves Receive once Chan() is in use: the pump owns the take, so Receive
-// reads what it hands over.
-func (c *Consumer) receiveFromPump(ctx context.Context) (pulsar.Message, error) {
-	for {
-		ended, changed := c.gate.waitChanged()
-		if ended {
-			return nil, ErrConsumerClosed
-		}
-		select {
-		case cm := <-c.out:
-			return cm.Message, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-changed:
-		}
-	}
+	return c.pump.channel()
 }
 
 // pump feeds Chan(): it takes a message when the gate is open and offers it to the
 // application until taken or the gate closes, in which case the gate holds it again.
-func (c *Consumer) pump() {
+type pump struct {
+	gate *gate
+	once sync.Once
+	out  chan pulsar.ConsumerMessage
+	on   atomic.Bool // Chan() was called
+}
+
+func newPump(g *gate) *pump { return &pump{gate: g, out: make(chan pulsar.ConsumerMessage)} }
+
+// channel starts the pump, once, and returns its channel.
+func (p *pump) channel() <-chan pulsar.ConsumerMessage {
+	p.once.Do(func() {
+		p.on.Store(true)
+		go p.run()
+	})
+	return p.out
+}
+
+func (p *pump) started() bool { return p.on.Load() }
+
+func (p *pump) run() {
 	offer := func(cm pulsar.ConsumerMessage, changed <-chan struct{}) bool {
 		select {
-		case c.out <- cm:
+		case p.out <- cm:
 			return true
 		case <-changed:
 			return false
 		}
 	}
 	for {
-		if _, err := c.gate.take(context.Background(), offer); err != nil {
+		if _, err := p.gate.take(context.Background(), offer); err != nil {
 			return
+		}
+	}
+}
+
+// receive serves Receive once Chan() is in use: the pump owns the take, so Receive reads what
+// it hands over.
+func (p *pump) receive(ctx context.Context) (pulsar.Message, error) {
+	for {
+		ended, changed := p.gate.waitChanged()
+		if ended {
+			return nil, ErrConsumerClosed
+		}
+		select {
+		case cm := <-p.out:
+			return cm.Message, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
 		}
 	}
 }

@@ -259,10 +259,10 @@ func (c *Consumer) untilClosed(ctx context.Context) (context.Context, context.Ca
 // It returns the partitions whose cursor moved and those whose reset failed; the error joins
 // the failures and whatever else went wrong (a cursor can move and the subscribe after it fail).
 func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) (map[int32]bool, map[int32]protocol.PartitionFailure, error) {
-	if err := c.lockSeeks(ctx); err != nil {
+	if err := c.seeks.lock(ctx); err != nil {
 		return nil, nil, err
 	}
-	defer c.unlockSeeks()
+	defer c.seeks.unlock()
 	if err := c.beginReset(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -272,16 +272,16 @@ func (c *Consumer) resetPartitions(ctx context.Context, plan []seekStep) (map[in
 
 // beginReset closes the gate and the underlying consumer, and parks the consumer for the seek.
 func (c *Consumer) beginReset(ctx context.Context) error {
-	if err := c.lock(ctx); err != nil {
+	if err := c.transitions.lock(ctx); err != nil {
 		return err
 	}
-	defer c.unlock()
+	defer c.transitions.unlock()
 	if c.session.state == sessionEnded {
 		return ErrConsumerClosed
 	}
 	c.closeGate()
 	c.session.end(sessionSeeking)
-	c.session.seekWant = c.desired()
+	c.session.seekWant = c.wishes.desired(c.agent.gate.State())
 	return nil
 }
 
@@ -323,8 +323,8 @@ func (a *Agent) resetCursors(ctx context.Context, subscription string, plan []se
 // broker delivers each partition from its cursor, moved or not. A partition whose reset failed
 // keeps the seek filter of an earlier seek, as its cursor did not move.
 func (c *Consumer) endReset(moved movedCursors, errs []error) error {
-	_ = c.lock(context.Background())
-	defer c.unlock()
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
 	if c.session.state == sessionEnded {
 		return errors.Join(append([]error{ErrConsumerClosed}, errs...)...)
 	}

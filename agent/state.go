@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
@@ -22,39 +23,39 @@ func (e *invalidStateError) Error() string {
 // Chan or any other path until the consumer runs again; the consumer stays connected and
 // grants the broker no new permits. Idempotent and safe for concurrent use.
 func (c *Consumer) Pause() {
-	_ = c.lock(context.Background())
-	defer c.unlock()
-	c.localPaused = true
-	c.logIfFailed(c.reconcile())
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
+	c.wishes.localPaused = true
+	logIfFailed(c.log, c.reconcile())
 }
 
 // Resume reverses the application's Pause. Messages held by the gate are delivered first.
 // The consumer stays gated while the controller or the start-up gate want it paused or stopped.
 func (c *Consumer) Resume() {
-	_ = c.lock(context.Background())
-	defer c.unlock()
-	c.localPaused = false
-	c.logIfFailed(c.reconcile())
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
+	c.wishes.localPaused = false
+	logIfFailed(c.log, c.reconcile())
 }
 
 // Stop closes the underlying consumer for real: buffered and unacknowledged messages return to
 // the broker for other consumers. Receive blocks as while paused. Pause and Resume still record
 // the application's wish, applied once the consumer runs again.
 func (c *Consumer) Stop() {
-	_ = c.lock(context.Background())
-	defer c.unlock()
-	c.localStopped = true
-	c.logIfFailed(c.reconcile())
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
+	c.wishes.localStopped = true
+	logIfFailed(c.log, c.reconcile())
 }
 
 // Run reverses the application's Stop: the consumer subscribes again with the same options.
 // It returns the subscribe error, if any; a later Run, Resume or SetState retries.
 func (c *Consumer) Run() error {
-	if err := c.lock(context.Background()); err != nil {
+	if err := c.transitions.lock(context.Background()); err != nil {
 		return err
 	}
-	defer c.unlock()
-	c.localStopped = false
+	defer c.transitions.unlock()
+	c.wishes.localStopped = false
 	return c.reconcile()
 }
 
@@ -66,22 +67,22 @@ func (c *Consumer) SetState(ctx context.Context, state protocol.State, generatio
 	if !state.Valid() {
 		return &invalidStateError{state: state}
 	}
-	if err := c.lock(ctx); err != nil {
+	if err := c.transitions.lock(ctx); err != nil {
 		return err
 	}
-	defer c.unlock()
-	if generation < c.remoteGen || (generation == c.remoteGen && state != c.remote) {
-		return &StaleGenerationError{Requested: generation, Applied: c.remoteGen, State: state}
+	defer c.transitions.unlock()
+	if generation < c.wishes.remoteGen || (generation == c.wishes.remoteGen && state != c.wishes.remote) {
+		return &StaleGenerationError{Requested: generation, Applied: c.wishes.remoteGen, State: state}
 	}
-	c.remote, c.remoteGen = state, generation
+	c.wishes.remote, c.wishes.remoteGen = state, generation
 	return c.reconcile()
 }
 
 // Generation returns the controller generation last applied by SetState (0 before any).
 func (c *Consumer) Generation() int64 {
-	_ = c.lock(context.Background())
-	defer c.unlock()
-	return c.remoteGen
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
+	return c.wishes.remoteGen
 }
 
 // State returns the state the consumer is actually in.
@@ -90,37 +91,38 @@ func (c *Consumer) State() protocol.State { return c.observed.Load().state }
 // IsPaused reports whether the gate is closed (Paused or Stopped).
 func (c *Consumer) IsPaused() bool { return c.State() != protocol.Running }
 
-func (c *Consumer) logIfFailed(err error) {
+func logIfFailed(log logr.Logger, err error) {
 	if err != nil && !errors.Is(err, ErrConsumerClosed) {
-		c.log.Error(err, "Applying state failed")
+		log.Error(err, "Applying state failed")
 	}
 }
 
 // start performs the first reconcile; before it, reconcile only records wishes.
 func (c *Consumer) start() error {
-	_ = c.lock(context.Background())
-	defer c.unlock()
+	_ = c.transitions.lock(context.Background())
+	defer c.transitions.unlock()
 	c.started = true
 	return c.reconcile()
 }
 
-// reconcileLocked takes the transition lock and reconciles; for agent-wide changes.
-func (c *Consumer) reconcileLocked() error {
-	_ = c.lock(context.Background())
-	defer c.unlock()
-	return c.reconcile()
+// wishes are what the application (Pause, Stop) and the controller (SetState) want of a
+// consumer; the start-up gate is the agent's (Agent.gate).
+type wishes struct {
+	localPaused, localStopped bool
+	remote                    protocol.State
+	remoteGen                 int64
 }
 
-// desired combines the wishes: the most restrictive wins.
-func (c *Consumer) desired() protocol.State {
+// desired combines the wishes with the start-up gate's: the most restrictive wins.
+func (w wishes) desired(startGate protocol.State) protocol.State {
 	local := protocol.Running
-	if c.localPaused {
+	if w.localPaused {
 		local = protocol.Paused
 	}
-	if c.localStopped {
+	if w.localStopped {
 		local = protocol.Stopped
 	}
-	return protocol.MostRestrictive(protocol.MostRestrictive(local, c.remote), c.agent.gate.State())
+	return protocol.MostRestrictive(protocol.MostRestrictive(local, w.remote), startGate)
 }
 
 // reconcile brings the consumer to the desired state. Callers hold the transition lock.
@@ -131,7 +133,7 @@ func (c *Consumer) reconcile() error {
 	if !c.started {
 		return nil
 	}
-	want := c.desired()
+	want := c.wishes.desired(c.agent.gate.State())
 	if c.session.state == sessionSeeking {
 		// A seek by index keeps the consumer unsubscribed, its gate closed, while it resets
 		// the cursors, whatever the wishes say; the wish is reported now and applied when the
@@ -203,7 +205,7 @@ func (c *Consumer) recordState() {
 	c.observed.Store(&observation{state: actual, since: time.Now()})
 	held, _ := c.gate.counts()
 	c.metrics.setState(from, actual)
-	c.log.Info("Consumer state changed", "from", from, "state", actual, "session", c.session.state.String(), "heldMessages", held, "generation", c.remoteGen)
+	c.log.Info("Consumer state changed", "from", from, "state", actual, "session", c.session.state.String(), "heldMessages", held, "generation", c.wishes.remoteGen)
 }
 
 // observation is the state the consumer is in, and since when; written by recordState.
@@ -216,14 +218,14 @@ type observation struct {
 // made stale and reopens the gate if the consumer should run. Callers see no message from
 // before the seek once it returns.
 func (c *Consumer) seekWith(ctx context.Context, seek func(pulsar.Consumer) error) error {
-	if err := c.lockSeeks(ctx); err != nil {
+	if err := c.seeks.lock(ctx); err != nil {
 		return err
 	}
-	defer c.unlockSeeks()
-	if err := c.lock(ctx); err != nil {
+	defer c.seeks.unlock()
+	if err := c.transitions.lock(ctx); err != nil {
 		return err
 	}
-	defer c.unlock()
+	defer c.transitions.unlock()
 	inner, err := c.session.current()
 	if err != nil {
 		return err
