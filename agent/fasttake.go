@@ -6,11 +6,11 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
-// fastTake is the switch of the gate's take without Consumer.mu, for the common case: the gate
-// open, nothing held, no redelivery filter. Consumer.syncFastLocked turns it on and off with
-// Consumer.mu held; takers enter and leave without it. Sequentially consistent atomics make
-// the hand-off safe: a taker announces itself, then re-checks on; the closer clears on, then
-// waits until no taker is left. Either the closer sees the taker, or the taker sees on cleared.
+// fastTake is the switch of the gate's take without the gate's lock, for the common case: the gate
+// open, nothing held, no redelivery filter. gate.syncFast turns it on and off with the gate's lock
+// held; takers enter and leave without it. Sequentially consistent atomics make the hand-off safe:
+// a taker announces itself, then re-checks on; the closer clears on, then waits until no taker is
+// left. Either the closer sees the taker, or the taker sees on cleared.
 type fastTake struct {
 	on     atomic.Bool
 	takers atomic.Int64
@@ -20,7 +20,7 @@ type fastTake struct {
 	closing chan struct{}
 }
 
-// set turns the fast take on over src, or off. Called with Consumer.mu held.
+// set turns the fast take on over src, or off. Called with the gate's lock held.
 func (f *fastTake) set(on bool, src chan pulsar.ConsumerMessage) {
 	switch {
 	case on && !f.on.Load():

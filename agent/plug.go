@@ -11,7 +11,7 @@ import (
 // into it while the gate is closed: every free slot filled with a placeholder (a zero
 // ConsumerMessage, which the client never sends). pulsar-client-go returns a flow permit per
 // push, so a full src returns none. Its fields change only through its methods, which run
-// with Consumer.mu held; nobody but drain takes from a plugged src.
+// with the gate's lock held; nobody but drain takes from a plugged src.
 type plug struct {
 	src     chan pulsar.ConsumerMessage
 	plugged bool

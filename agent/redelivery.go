@@ -37,7 +37,7 @@ func (k idKey) after(o idKey) bool {
 // order, so no copy follows unless for another reason), when the application nacks it while
 // the gate holds no copy of it (it asked for the broker's copy), or when the cursor moves (seek,
 // Stop). Not when a copy arrives: each reconnect while the message is held sends one more, and a
-// copy taken before the next reconnect stays in the gate's channel. Guarded by Consumer.mu.
+// copy taken before the next reconnect stays in the gate's channel. Guarded by the gate's lock.
 type redeliveryFilter struct {
 	ids   map[idKey]struct{}
 	order []idKey // insertion order, for the bound
