@@ -12,12 +12,16 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
 	"github.com/subflow-dev/subflow/agent/internal/startgate"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
 // DefaultSyncTimeout bounds the wait of StartGated consumers for the first desired state.
 const DefaultSyncTimeout = 30 * time.Second
+
+// DefaultBacklogRefresh is how often a watched subscription's backlog is read again.
+const DefaultBacklogRefresh = protocol.DefaultBacklogRefresh
 
 // Options configure an Agent.
 type Options struct {
@@ -64,14 +68,13 @@ type Agent struct {
 	opts    Options
 	log     logr.Logger
 	metrics *metrics
-	admin   *adminClient
+	admin   *pulsaradmin.Client  // nil without an AdminURL
+	backlog *pulsaradmin.Watches // subscriptions whose backlog is read in the background
 
 	mu         sync.Mutex
 	consumers  []*Consumer
 	hooks      []func(*Consumer)
-	gate       *startgate.Gate              // the start-up gate's wish: Paused while unsynced, then Running
-	watches    map[backlogKey]*backlogWatch // subscriptions whose backlog is read in the background
-	closed     bool
+	gate       *startgate.Gate // the start-up gate's wish: Paused while unsynced, then Running
 	closedOnce sync.Once
 }
 
@@ -96,8 +99,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Logger, metrics: m}
 	if opts.AdminURL != "" {
-		a.admin = newAdminClient(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth, opts.AdminRedirectHosts)
+		a.admin = pulsaradmin.New(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth, opts.AdminRedirectHosts)
 	}
+	a.backlog = pulsaradmin.NewWatches(a.admin, opts.BacklogRefresh)
 	a.gate = startgate.New(opts.StartGated, opts.SyncTimeout, opts.FallbackState, opts.Logger, a.regate)
 	return a, nil
 }
@@ -176,11 +180,40 @@ func (a *Agent) Synced() bool { return a.gate.Synced() }
 func (a *Agent) Close() {
 	a.closedOnce.Do(func() {
 		a.gate.Stop()
-		a.mu.Lock()
-		a.closed = true
-		a.mu.Unlock()
-		a.stopWatches()
+		a.backlog.Close()
 	})
+}
+
+// Backlog reads, through the admin API with the application's credentials, the subscription's
+// backlog on the topic (one entry per partition of a partitioned topic) and the retention
+// policies that may delete it while nobody consumes: the effective message TTL and backlog
+// quotas. It never fails: what cannot be read (no admin URL, credentials refused, topic or
+// subscription missing, broker unreachable) comes back as an entry whose Unknown says why.
+// Every entry names the subscription.
+//
+// Rights needed with Pulsar's default authorization provider: partition metadata and topic
+// stats need lookup (produce or consume) permission on the topic; the applied message TTL and
+// backlog quotas are topic policies, which need tenant admin rights. An application with
+// consume rights only gets the backlog with RetentionUnknown naming the refused read.
+func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
+	return a.admin.Backlog(ctx, topic, subscription)
+}
+
+// WatchBacklog starts reading the subscription's backlog on the topic (see Backlog) now and
+// then every Options.BacklogRefresh, in the background, until StopWatchingBacklog or Close.
+// Watching what is already watched changes nothing. LatestBacklog returns the values read.
+func (a *Agent) WatchBacklog(topic, subscription string) { a.backlog.Watch(topic, subscription) }
+
+// StopWatchingBacklog stops the background reads of the subscription's backlog on the topic
+// and forgets its values; it returns once no read is running.
+func (a *Agent) StopWatchingBacklog(topic, subscription string) {
+	a.backlog.Stop(topic, subscription)
+}
+
+// LatestBacklog returns the values last read for a watched subscription, without waiting: nil
+// when it is not watched or its first read has not finished yet.
+func (a *Agent) LatestBacklog(topic, subscription string) []protocol.BacklogStatus {
+	return a.backlog.Latest(topic, subscription)
 }
 
 // regate brings every consumer to its state after the start-up gate moved.

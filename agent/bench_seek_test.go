@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -17,6 +18,20 @@ import (
 // seekBatch is the number of messages per entry in the seek benchmarks (indexes run over
 // entries*seekBatch messages).
 const seekBatch = 4
+
+// BenchmarkSeekProbes measures seeks by index on topics of 10^6 and 10^7 entries, side by
+// side: wholeSeek-pip415 and wholeSeek-binarySearch time the whole seek through pulsartest
+// holding every entry (benchmarkWholeSeek). The index resolution alone, on computed topics, is
+// agent/internal/pulsaradmin's BenchmarkSeekProbes (pip415 and binarySearch).
+func BenchmarkSeekProbes(b *testing.B) {
+	for _, entries := range []int64{1_000_000, 10_000_000} {
+		for _, mode := range []string{"pip415", "binarySearch"} {
+			b.Run(fmt.Sprintf("entries=%d/wholeSeek-%s", entries, mode), func(b *testing.B) {
+				benchmarkWholeSeek(b, entries, mode == "pip415")
+			})
+		}
+	}
+}
 
 // benchmarkWholeSeek times SeekByIndex end to end against pulsartest holding `entries` batch
 // entries with broker-entry indexes: index resolution through the admin API, the consumer's

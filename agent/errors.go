@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
@@ -20,16 +21,16 @@ var (
 	ErrSeekUnsupported = errors.New("agent: seek by index needs a consumer of exactly one topic")
 	// ErrSeekPartial means a seek of a partitioned topic moved some partitions' cursors and
 	// not others; its SeekResult tells which.
-	ErrSeekPartial = errors.New("agent: the seek moved some partitions and not others")
+	ErrSeekPartial = pulsaradmin.ErrSeekPartial
 	// ErrNoAdminURL is returned by SeekByIndex when the agent has no admin URL.
-	ErrNoAdminURL = errors.New("agent: seek by index needs an admin URL (the agent's Options.AdminURL, the sidecar's --admin-url)")
+	ErrNoAdminURL = pulsaradmin.ErrNoAdminURL
 	// ErrNegativeChunkExpiry is returned by Subscribe for a negative
 	// ExpireTimeOfIncompleteChunk: pulsar-client-go would discard and acknowledge every chunked
 	// message before its last chunk arrived.
 	ErrNegativeChunkExpiry = errors.New("agent: ConsumerOptions.ExpireTimeOfIncompleteChunk is negative: pulsar-client-go would acknowledge every incomplete chunked message at once")
 	// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
 	// resolved; nothing was moved.
-	ErrIndexMetadataDisabled = errors.New("agent: broker exposes no entry index: enable brokerEntryMetadataInterceptors=org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor and exposingBrokerEntryMetadataToClientEnabled=true")
+	ErrIndexMetadataDisabled = pulsaradmin.ErrIndexMetadataDisabled
 )
 
 // StaleGenerationError is returned by SetState when the request is older than the one applied.

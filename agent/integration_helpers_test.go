@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -22,6 +21,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
 
+	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
 	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testing/testkit"
@@ -192,28 +192,54 @@ func probeCaps(serviceURL, adminURL string) (remoteCaps, error) {
 	if err != nil {
 		return remoteCaps{}, err
 	}
-	admin := newAdminClient(adminURL, nil, nil, nil)
-	var caps remoteCaps
-	switch _, err := admin.entryMeta(ctx, topic, position{ledger: id.LedgerID(), entry: id.EntryID()}); {
-	case err == nil:
-		caps.indexMetadata = true
-	case !errors.Is(err, ErrIndexMetadataDisabled):
+	// What the broker answers for the entry's metadata and for PIP-415, read as an operator would.
+	path, err := pulsaradmin.TopicPath(topic)
+	if err != nil {
 		return remoteCaps{}, err
 	}
-	if caps.indexMetadata {
-		switch _, err := admin.entryByIndex(ctx, topic, 0); {
-		case err == nil:
-			caps.indexLookup = true
-		case !errors.Is(err, errIndexLookupUnsupported):
-			return remoteCaps{}, err
+	status, header, err := probeAdmin(ctx, adminURL+path+fmt.Sprintf("/ledger/%d/entry/%d", id.LedgerID(), id.EntryID()))
+	if err != nil {
+		return remoteCaps{}, err
+	}
+	if status/100 != 2 {
+		return remoteCaps{}, fmt.Errorf("reading the probe's entry: HTTP %d", status)
+	}
+	var caps remoteCaps
+	caps.indexMetadata = header.Get("X-Pulsar-Broker-Entry-METADATA-index") != ""
+	if status, _, err = probeAdmin(ctx, adminURL+path+"/getMessageIdByIndex?index=0"); err != nil {
+		return remoteCaps{}, err
+	}
+	switch {
+	case caps.indexMetadata:
+		// 404 or 405: no PIP-415 endpoint.
+		if status/100 != 2 && status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+			return remoteCaps{}, fmt.Errorf("getMessageIdByIndex: HTTP %d", status)
 		}
-	} else {
+		caps.indexLookup = status/100 == 2
+	default:
 		// Without metadata PIP-415 answers 412 and a broker without PIP-415 404.
-		_, err := admin.entryByIndex(ctx, topic, 0)
-		caps.indexLookup = errors.Is(err, ErrIndexMetadataDisabled)
+		caps.indexLookup = status == http.StatusPreconditionFailed
 	}
 	return caps, nil
 }
+
+// probeAdmin GETs url and returns the answer's status and headers.
+func probeAdmin(ctx context.Context, url string) (int, http.Header, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, resp.Header, nil
+}
+
+// topicPath is the admin API's path of a topic (pulsaradmin.TopicPath).
+func topicPath(topic string) (string, error) { return pulsaradmin.TopicPath(topic) }
 
 // remoteMismatch says why a test cannot run on a remote broker with caps, or "". A test that
 // asks for a broker without index metadata or without PIP-415 runs on a broker configured so

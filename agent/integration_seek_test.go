@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -331,13 +332,22 @@ func awaitResubscribed(t *testing.T, e *env, name string, since wirerec.Mark) {
 // an operator or another agent would, and returns that entry.
 func resetToStart(t *testing.T, e *env, topic string) position {
 	t.Helper()
-	spans, err := e.agent.admin.ledgers(context.Background(), topic)
-	if err != nil || len(spans) == 0 {
-		t.Fatalf("ledgers of %s: %v %v", topic, spans, err)
-	}
-	first := position{ledger: spans[0].ledger}
-	if err := e.agent.admin.resetCursor(context.Background(), topic, "sub", first, false); err != nil {
+	path, err := topicPath(topic)
+	if err != nil {
 		t.Fatal(err)
 	}
+	var stats struct {
+		Ledgers []struct {
+			LedgerID int64 `json:"ledgerId"`
+		} `json:"ledgers"`
+	}
+	e.adminJSON(t, http.MethodGet, path+"/internalStats", "", &stats)
+	if len(stats.Ledgers) == 0 {
+		t.Fatalf("ledgers of %s: none", topic)
+	}
+	first := position{ledger: stats.Ledgers[0].LedgerID}
+	// The broker reads "excluded" (ResetCursorData), not "isExcluded".
+	body := fmt.Sprintf(`{"ledgerId":%d,"entryId":0,"partitionIndex":-1,"excluded":false}`, first.ledger)
+	e.adminJSON(t, http.MethodPost, path+"/subscription/sub/resetcursor", body, nil)
 	return first
 }

@@ -3,26 +3,20 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// SeekResult reports a seek by index.
-type SeekResult struct {
-	// Positions tells, per partition whose cursor moved, which index is delivered next and from
-	// which message id.
-	Positions []protocol.SeekPosition
-	// Failed lists the partitions whose cursor did not move, and why. A seek that moved some
-	// partitions and not others returns ErrSeekPartial: see SeekPartitionsByIndex.
-	Failed []protocol.PartitionFailure
-	// Probes counts the admin calls made to resolve the indexes.
-	Probes int
-}
+// SeekResult reports a seek by index: Positions tells, per partition whose cursor moved, which
+// index is delivered next and from which message id; Failed lists the partitions whose cursor
+// did not move, and why (a seek that moved some partitions and not others returns
+// ErrSeekPartial: see SeekPartitionsByIndex); Probes counts the admin calls made to resolve the
+// indexes.
+type SeekResult = pulsaradmin.SeekResult
 
 // SeekByIndex resets the subscription of a non-partitioned topic so that the message with
 // broker-entry index `index` is the next one delivered (PIP-101: below the topic's range means
@@ -84,94 +78,17 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 		return result, err
 	}
 	moved, failures, err := c.resetPartitions(ctx, plan)
-	return result, result.record(plan, moved, failures, err)
-}
-
-// ResetByIndex is SeekPartitionsByIndex for a subscription whose consumers are not this
-// agent's (the protocol sidecar's): it resolves every index on topic, calls beforeReset (if
-// not nil) with the positions the cursors are about to take, then resets the subscription's
-// cursors through the admin API. The broker disconnects the subscription's consumers on a
-// reset (on Exclusive and Failover the active one), so they subscribe again and are delivered
-// from the new cursors; beforeReset is the caller's chance to get ready for that, as the
-// sidecar does to cut the target's batch entry. What a client had buffered from before the
-// reset may still reach its application.
-func (a *Agent) ResetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex, beforeReset func([]protocol.SeekPosition)) (*SeekResult, error) {
-	res, err := a.resetByIndex(ctx, topic, subscription, targets, beforeReset)
-	a.logSeek(a.log.WithValues("topic", topic, "subscription", subscription), res, err)
-	return res, err
-}
-
-func (a *Agent) resetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex, beforeReset func([]protocol.SeekPosition)) (*SeekResult, error) {
-	if a.admin == nil {
-		return nil, ErrNoAdminURL
-	}
-	full, err := fullTopicName(topic)
-	if err != nil {
-		return nil, err
-	}
-	partitions, err := a.admin.partitionNames(ctx, full)
-	if err != nil {
-		return nil, err
-	}
-	plan, result, err := a.resolveSeek(ctx, full, partitions, targets)
-	if err != nil {
-		return result, err
-	}
-	if beforeReset != nil {
-		positions := make([]protocol.SeekPosition, len(plan))
-		for i, step := range plan {
-			positions[i] = step.seekPosition()
-		}
-		beforeReset(positions)
-	}
-	moved, failures, errs := a.resetCursors(ctx, subscription, plan)
-	return result, result.record(plan, moved.partitions, failures, errors.Join(errs...))
+	return result, result.Record(plan, moved, failures, err)
 }
 
 // resolveSeek plans a seek of targets on topic, whose partitions (or itself) are given, and
-// resolves every index before anything moves.
+// resolves every index before anything moves; the admin calls it made are counted.
 func (a *Agent) resolveSeek(ctx context.Context, topic string, partitions []string, targets []protocol.PartitionIndex) ([]seekStep, *SeekResult, error) {
-	plan, err := planSeek(targets, partitions, isPartitioned(topic, partitions))
-	if err != nil {
-		return nil, nil, err
+	plan, result, err := a.admin.Resolve(ctx, topic, partitions, targets)
+	if result != nil {
+		a.metrics.seekProbes.Add(float64(result.Probes))
 	}
-	src := &countingSource{indexSource: a.admin}
-	defer func() { a.metrics.seekProbes.Add(float64(src.probes)) }()
-	result := &SeekResult{}
-	for i := range plan {
-		r, err := resolveIndex(ctx, src, plan[i].topic, plan[i].index)
-		result.Probes = src.probes
-		if err != nil {
-			return nil, result, fmt.Errorf("agent: resolve index %d on %s: %w", plan[i].index, plan[i].topic, err)
-		}
-		plan[i].res = r
-	}
-	return plan, result, nil
-}
-
-// record fills the result in from what the resets did and returns the seek's error, which
-// wraps ErrSeekPartial when some partitions moved and others did not.
-func (r *SeekResult) record(plan []seekStep, moved map[int32]bool, failures map[int32]protocol.PartitionFailure, err error) error {
-	for _, step := range plan {
-		if failure, ok := failures[step.partition]; ok {
-			r.Failed = append(r.Failed, failure)
-		} else if moved[step.partition] {
-			r.Positions = append(r.Positions, step.seekPosition())
-		}
-	}
-	if len(r.Positions) > 0 && len(r.Failed) > 0 {
-		return fmt.Errorf("%w: %w", ErrSeekPartial, err)
-	}
-	return err
-}
-
-// isPartitioned tells a partitioned topic from a non-partitioned one (or a single partition
-// named directly) by the client's partition list.
-func isPartitioned(topic string, partitions []string) bool {
-	if len(partitions) != 1 {
-		return len(partitions) > 1
-	}
-	return strings.HasSuffix(partitions[0], "-partition-0") && !strings.HasSuffix(topic, "-partition-0")
+	return plan, result, err
 }
 
 func (c *Consumer) singleTopic() (string, error) {
@@ -186,54 +103,11 @@ func (c *Consumer) singleTopic() (string, error) {
 	return "", ErrSeekUnsupported
 }
 
-// seekStep is one partition's part of a seek.
-type seekStep struct {
-	partition int32 // -1 for a non-partitioned topic
-	topic     string
-	index     int64
-	res       resolution
-}
+// seekStep is one partition's part of a seek, its index resolved.
+type seekStep = pulsaradmin.Step
 
-func planSeek(targets []protocol.PartitionIndex, partitions []string, partitioned bool) ([]seekStep, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("agent: seek by index without a target")
-	}
-	seen := map[int32]bool{}
-	plan := make([]seekStep, 0, len(targets))
-	for _, t := range targets {
-		switch {
-		case !partitioned && t.Partition > 0, partitioned && (t.Partition < 0 || int(t.Partition) >= len(partitions)):
-			return nil, fmt.Errorf("agent: partition %d does not exist (the topic has %d)", t.Partition, len(partitions))
-		case seen[t.Partition]:
-			return nil, fmt.Errorf("agent: partition %d given twice", t.Partition)
-		case t.Index < 0:
-			return nil, fmt.Errorf("agent: negative index %d", t.Index)
-		}
-		seen[t.Partition] = true
-		step := seekStep{partition: t.Partition, index: t.Index, topic: partitions[0]}
-		if partitioned {
-			step.topic = partitions[t.Partition]
-		} else {
-			step.partition = -1
-		}
-		plan = append(plan, step)
-	}
-	if !partitioned && len(plan) > 1 {
-		return nil, errors.New("agent: a non-partitioned topic takes one index")
-	}
-	return plan, nil
-}
-
-func (s seekStep) seekPosition() protocol.SeekPosition {
-	p := protocol.SeekPosition{Partition: s.partition, Index: s.res.index}
-	if !s.res.empty {
-		p.MessageID = fmt.Sprintf("%d:%d:%d:%d", s.res.pos.ledger, s.res.pos.entry, s.partition, s.res.batch)
-		if c := s.res.cursor; c != nil {
-			p.Cursor = fmt.Sprintf("%d:%d", c.ledger, c.entry)
-		}
-	}
-	return p
-}
+// position is an entry in a topic or partition.
+type position struct{ ledger, entry int64 }
 
 // untilClosed derives a context that ends when the consumer closes for good, so that a seek
 // under way stops its admin calls then.
@@ -292,27 +166,20 @@ type movedCursors struct {
 	skips      skipSet
 }
 
-// resetCursors resets each partition's cursor; it returns what moved, and the failures and
-// errors of the others. An empty topic's cursor has nothing to move and counts as moved.
+// resetCursors resets each partition's cursor through the admin API; it returns what moved,
+// and the failures and errors of the others. An empty topic's cursor has nothing to move and
+// counts as moved.
 func (a *Agent) resetCursors(ctx context.Context, subscription string, plan []seekStep) (movedCursors, map[int32]protocol.PartitionFailure, []error) {
-	var errs []error
-	failures := map[int32]protocol.PartitionFailure{}
-	moved := movedCursors{partitions: map[int32]bool{}, skips: skipSet{}}
+	partitions, failures, errs := a.admin.ResetCursors(ctx, subscription, plan)
+	moved := movedCursors{partitions: partitions, skips: skipSet{}}
 	for _, step := range plan {
-		if step.res.empty {
-			moved.partitions[step.partition] = true
+		from, target, batch, ok := step.Landing()
+		if !ok || !partitions[step.Partition] {
 			continue
 		}
-		if err := a.admin.resetCursor(ctx, step.topic, subscription, step.res.resetTo(), step.res.past); err != nil {
-			err = fmt.Errorf("agent: reset cursor of %s: %w", step.topic, err)
-			errs = append(errs, err)
-			failures[step.partition] = protocol.PartitionFailure{Partition: step.partition, Index: step.index, Error: err.Error()}
-			continue
-		}
-		moved.partitions[step.partition] = true
-		filter := skipFilter{from: step.res.resetTo(), ledger: step.res.pos.ledger, entry: step.res.pos.entry, batch: step.res.batch}
-		if filter.active() && !step.res.past {
-			moved.skips[max(step.partition, 0)] = filter
+		filter := skipFilter{from: position{from.Ledger, from.Entry}, ledger: target.Ledger, entry: target.Entry, batch: batch}
+		if filter.active() {
+			moved.skips[max(step.Partition, 0)] = filter
 		}
 	}
 	return moved, failures, errs

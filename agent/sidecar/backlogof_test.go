@@ -9,7 +9,7 @@ import (
 )
 
 // A sidecar pod asked for another subscription's backlog (backlogOf) reads it through the
-// pod's admin agent like its own: a rule naming a topic needs no consumer in the pod.
+// pod's admin access like its own: a rule naming a topic needs no consumer in the pod.
 func TestSidecarReportsAnotherSubscriptionsBacklog(t *testing.T) {
 	w := newWorld(t, Options{Name: "pod-backlog"})
 	api := startControl(t, w)

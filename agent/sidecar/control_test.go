@@ -13,7 +13,6 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/go-logr/logr/testr"
 
-	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
@@ -29,10 +28,7 @@ type controlAPI struct{ url string }
 
 func startControl(t *testing.T, w *world) *controlAPI {
 	t.Helper()
-	admin, err := agent.New(agent.Options{Name: w.sidecar.Name(), AdminURL: w.admin})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := NewAdmin(AdminOptions{URL: w.admin})
 	t.Cleanup(admin.Close)
 	srv, err := control.NewForHost(w.sidecar.ControlHost(admin),
 		control.Options{Token: controlToken, Logger: testr.NewWithOptions(t, testr.Options{Verbosity: 1})})

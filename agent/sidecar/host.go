@@ -2,23 +2,77 @@ package sidecar
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
+	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
+// AdminOptions say how a sidecar reaches the Pulsar admin API, through which it reads
+// backlogs and executes seeks with the pod's credentials (as agent.Options' Admin fields do for
+// an agent).
+type AdminOptions struct {
+	// URL is the admin REST root, http(s)://host:port; empty means no admin access: backlogs
+	// are unknown and seeks fail with agent.ErrNoAdminURL.
+	URL string
+	// HTTPClient carries TLS settings for admin calls; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Auth adds the pod's credentials to every admin request.
+	Auth func(*http.Request) error
+	// BacklogRefresh is how often a watched subscription's backlog is read again; zero means
+	// agent.DefaultBacklogRefresh.
+	BacklogRefresh time.Duration
+	// Logger receives the seeks' outcomes.
+	Logger logr.Logger
+}
+
+// Admin is a sidecar's access to the admin API: the backlog reads the controller asks for,
+// kept fresh in the background until Close, and the seeks.
+type Admin struct {
+	client  *pulsaradmin.Client // nil without a URL
+	backlog *pulsaradmin.Watches
+	log     logr.Logger
+}
+
+// NewAdmin returns the admin access opts describe.
+func NewAdmin(opts AdminOptions) *Admin {
+	a := &Admin{log: opts.Logger}
+	if opts.URL != "" {
+		a.client = pulsaradmin.New(opts.URL, opts.HTTPClient, opts.Auth, nil)
+	}
+	a.backlog = pulsaradmin.NewWatches(a.client, opts.BacklogRefresh)
+	return a
+}
+
+// Close stops the background backlog reads; it returns once none runs.
+func (a *Admin) Close() { a.backlog.Close() }
+
+// resetByIndex resets the subscription's cursors on topic (pulsaradmin.Client.ResetByIndex) and
+// logs the outcome.
+func (a *Admin) resetByIndex(ctx context.Context, topic, subscription string, targets []protocol.PartitionIndex, beforeReset func([]protocol.SeekPosition)) (*agent.SeekResult, error) {
+	res, err := a.client.ResetByIndex(ctx, topic, subscription, targets, beforeReset)
+	log := a.log.WithValues("topic", topic, "subscription", subscription)
+	if err != nil {
+		log.Error(err, "Seek by index failed")
+	} else {
+		log.Info("Seek by index completed", "positions", res.Positions, "probes", res.Probes)
+	}
+	return res, err
+}
+
 // ControlHost is the sidecar as the control server drives it (control.NewForHost), so the
-// controller pushes to a sidecar pod exactly as to an agent pod. admin is an agent with no
-// consumers of its own: it makes the admin calls (backlog reads, seeks) with the pod's
-// credentials.
-func (s *Sidecar) ControlHost(admin *agent.Agent) control.Host {
+// controller pushes to a sidecar pod exactly as to an agent pod. admin makes the admin calls
+// (backlog reads, seeks) with the pod's credentials.
+func (s *Sidecar) ControlHost(admin *Admin) control.Host {
 	return &controlHost{Sidecar: s, admin: admin}
 }
 
@@ -26,7 +80,7 @@ var _ control.Consumer = seekingConsumer{}
 
 type controlHost struct {
 	*Sidecar
-	admin *agent.Agent
+	admin *Admin
 }
 
 func (*controlHost) Kind() string { return protocol.KindSidecar }
@@ -47,17 +101,17 @@ func (h *controlHost) OnSubscribe(fn func(control.Consumer)) {
 // seekingConsumer executes a seek for a sidecar consumer with the admin API alone.
 type seekingConsumer struct {
 	*Consumer
-	admin *agent.Agent
+	admin *Admin
 }
 
 // SeekPartitionsByIndex resets the subscription's cursors on the consumer's topic (all of a
 // partitioned topic, whichever partition this consumer reads) through the admin API
-// (agent.Agent.ResetByIndex). The broker then closes the subscription's consumers; the
+// (pulsaradmin.Client.ResetByIndex). The broker then closes the subscription's consumers; the
 // sidecar passes the close on to each client, which drops its receiver queue and subscribes
 // again, in the state the rules give it, and is delivered from the new cursor.
 func (c seekingConsumer) SeekPartitionsByIndex(ctx context.Context, targets []protocol.PartitionIndex) (*agent.SeekResult, error) {
 	topic := baseTopic(c.topic)
-	return c.admin.ResetByIndex(ctx, topic, c.subscription, targets, func(positions []protocol.SeekPosition) {
+	return c.admin.resetByIndex(ctx, topic, c.subscription, targets, func(positions []protocol.SeekPosition) {
 		// Before the cursors move: the broker delivers the target's entry again as soon as a
 		// client subscribes again, which may be before this seek returns.
 		for _, other := range c.conn.s.Consumers() {
@@ -72,15 +126,15 @@ func (c seekingConsumer) SeekPartitionsByIndex(ctx context.Context, targets []pr
 func (h *controlHost) MarkSynced() { h.Sidecar.MarkSynced() }
 
 func (h *controlHost) WatchBacklog(topic, subscription string) {
-	h.admin.WatchBacklog(topic, subscription)
+	h.admin.backlog.Watch(topic, subscription)
 }
 
 func (h *controlHost) StopWatchingBacklog(topic, subscription string) {
-	h.admin.StopWatchingBacklog(topic, subscription)
+	h.admin.backlog.Stop(topic, subscription)
 }
 
 func (h *controlHost) LatestBacklog(topic, subscription string) []protocol.BacklogStatus {
-	return h.admin.LatestBacklog(topic, subscription)
+	return h.admin.backlog.Latest(topic, subscription)
 }
 
 // Options describe what the consumer reads, for matching flows by topic: the sidecar sees

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/pem"
 	"io"
 	stdlog "log"
@@ -12,13 +11,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/go-logr/logr"
 
+	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/agent/sidecar"
 	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
+	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 
 // An https admin URL signed by a private CA: the sidecar reads backlogs through it once
@@ -50,17 +52,25 @@ func TestAdminURLTrustsTheCAFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The sidecar still starts: the CA is for the admin API here, the brokers are plaintext.
-		if _, err := sidecar.New(cfg.opts); err != nil {
+		s, err := sidecar.New(cfg.opts)
+		if err != nil {
 			t.Fatalf("the sidecar does not start with %q: %v", args, err)
 		}
-		a, err := cfg.adminAgent(logr.Discard())
+		admin, err := cfg.admin(logr.Discard())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer a.Close()
-		got := a.Backlog(context.Background(), topic, "ingest")
+		defer admin.Close()
+		// The control server's backlog watch, as a push with reportBacklog starts it.
+		host := s.ControlHost(admin)
+		host.WatchBacklog(topic, "ingest")
+		var got []protocol.BacklogStatus
+		testkit.Eventually(t, 15*time.Second, "the first backlog read", func() bool {
+			got = host.LatestBacklog(topic, "ingest")
+			return got != nil
+		})
 		if len(got) != 1 {
-			t.Fatalf("Backlog = %+v, want one topic", got)
+			t.Fatalf("backlog = %+v, want one topic", got)
 		}
 		return got[0].Messages, got[0].Unknown
 	}

@@ -167,7 +167,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	admin, err := cfg.adminAgent(log)
+	admin, err := cfg.admin(log)
 	if err != nil {
 		return err
 	}
@@ -197,9 +197,9 @@ func run(args []string) error {
 	return err
 }
 
-// adminAgent reads backlogs and executes seeks through the admin API at --admin-url, trusting
+// admin reads backlogs and executes seeks through the admin API at --admin-url, trusting
 // --tls-ca-file for an https one.
-func (c config) adminAgent(log logr.Logger) (*agent.Agent, error) {
+func (c config) admin(log logr.Logger) (*sidecar.Admin, error) {
 	var hc *http.Client
 	if c.tlsCAFile != "" && scheme(c.adminURL) == "https" {
 		var err error
@@ -207,8 +207,8 @@ func (c config) adminAgent(log logr.Logger) (*agent.Agent, error) {
 			return nil, fmt.Errorf("--admin-url: %w", err)
 		}
 	}
-	return agent.New(agent.Options{Name: c.opts.Name, AdminURL: c.adminURL, AdminHTTPClient: hc,
-		AdminAuth: bearerFromFile(c.adminCredentialsFile), BacklogRefresh: c.backlogRefresh, Logger: log.WithName("admin")})
+	return sidecar.NewAdmin(sidecar.AdminOptions{URL: c.adminURL, HTTPClient: hc,
+		Auth: bearerFromFile(c.adminCredentialsFile), BacklogRefresh: c.backlogRefresh, Logger: log.WithName("admin")}), nil
 }
 
 // httpsClient verifies servers against the CAs in caFile only, as the brokers are verified

@@ -62,7 +62,7 @@
 //     caught by the short run, one that forwards FLOWs while paused is;
 //   - nothing lost, convergence: unchanged (convergence reads the sidecar's /state);
 //   - seeks: unchanged. The controller prefers agent pods as executors; a sidecar executes
-//     with its admin agent, whose calls go through the process's admin proxy like an agent's,
+//     with its admin access (sidecar.Admin), whose calls go through the process's admin proxy like an agent's,
 //     so the reset count per process and seek id applies;
 //   - FLOW permits: stricter, per partition or topic: the sidecar forwards no FLOW while Paused
 //     or Stopped, re-subscribes after a reconnect or a seek included (the client's new

@@ -76,11 +76,12 @@ type simPod struct {
 }
 
 // agentProcess is one life of a pod's application: agent, control server, consumers, apps.
-// In a sidecar pod it is the sidecar with its admin agent and the application behind it.
+// In a sidecar pod it is the sidecar with its admin access and the application behind it.
 type agentProcess struct {
 	id        int
 	group     *group
-	agent     *agent.Agent // a sidecar pod's has no consumers: it makes the admin calls
+	agent     *agent.Agent   // nil in a sidecar pod
+	sideAdmin *sidecar.Admin // a sidecar pod's admin calls; nil in an agent pod
 	client    pulsar.Client
 	admin     *adminProxy
 	consumers []*trackedConsumer
@@ -158,12 +159,7 @@ func startProcess(env processEnv, p *simPod) (*agentProcess, error) {
 }
 
 func startSidecar(env processEnv, p *simPod, id int, admin *adminProxy) (*agentProcess, error) {
-	a, err := newAdminAgent(p.name, admin.url())
-	if err != nil {
-		admin.close()
-		return nil, err
-	}
-	proc := &agentProcess{id: id, group: p.group, agent: a, admin: admin}
+	proc := &agentProcess{id: id, group: p.group, sideAdmin: sidecar.NewAdmin(sidecar.AdminOptions{URL: admin.url()}), admin: admin}
 	if err := startSidecarProcess(env, p, proc); err != nil {
 		proc.stop()
 		return nil, fmt.Errorf("sidecar pod %s: %w", p.name, err)
@@ -276,6 +272,11 @@ func (proc *agentProcess) stop() {
 	if proc.client != nil {
 		proc.client.Close()
 	}
-	proc.agent.Close()
+	if proc.agent != nil {
+		proc.agent.Close()
+	}
+	if proc.sideAdmin != nil {
+		proc.sideAdmin.Close()
+	}
 	proc.admin.close()
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/go-logr/logr"
 
-	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
 	"github.com/subflow-dev/subflow/agent/sidecar"
@@ -69,7 +68,7 @@ type spanKey struct {
 	since time.Time
 }
 
-// startSidecarProcess starts a sidecar pod's process: admin agent, sidecar, control server,
+// startSidecarProcess starts a sidecar pod's process: sidecar with its admin access, control server,
 // then the application's client through the sidecar.
 func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 	// Start-gated as the agent pods are, so a restarted pod meets the rules before any permit.
@@ -79,7 +78,7 @@ func startSidecarProcess(env processEnv, p *simPod, proc *agentProcess) error {
 		return err
 	}
 	proc.sidecar = sc
-	srv, err := control.NewForHost(sc.ControlHost(proc.agent), control.Options{Token: env.token, SeekTimeout: 30 * time.Second})
+	srv, err := control.NewForHost(sc.ControlHost(proc.sideAdmin), control.Options{Token: env.token, SeekTimeout: 30 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -249,9 +248,4 @@ func (a *sidecarApp) stateEnds(ctx context.Context, topic string, before protoco
 		}
 		_ = sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) // polling pace of a deadline-bounded wait
 	}
-}
-
-// newAdminAgent is a sidecar pod's agent with no consumers: it makes the admin calls.
-func newAdminAgent(name, adminURL string) (*agent.Agent, error) {
-	return agent.New(agent.Options{Name: name, AdminURL: adminURL})
 }

@@ -69,9 +69,11 @@ type Pod struct {
 	Name     string
 	Addr     string // host:port of the control server
 	Port     int
-	Agent    *agent.Agent     // a sidecar pod's has no consumer: it makes the sidecar's admin calls
+	Agent    *agent.Agent     // a sidecar pod's has no consumer
 	Consumer *agent.Consumer  // nil in a sidecar pod
 	Sidecar  *sidecar.Sidecar // nil in an agent pod
+
+	sidecarAdmin *sidecar.Admin // the sidecar's admin calls; nil in an agent pod
 
 	app        receiver
 	appClose   func()
@@ -124,7 +126,8 @@ func (p *Pod) start(ctx context.Context, opts Options, controlOpts control.Optio
 		if err != nil {
 			return err
 		}
-		p.Sidecar, host = sc, sc.ControlHost(p.Agent)
+		p.sidecarAdmin = sidecar.NewAdmin(sidecar.AdminOptions{URL: opts.AdminURL, BacklogRefresh: opts.BacklogRefresh})
+		p.Sidecar, host = sc, sc.ControlHost(p.sidecarAdmin)
 		opts.ServiceURL, opts.Client = "pulsar://"+data, nil
 	}
 	srv, err := control.NewForHost(host, controlOpts)
@@ -232,4 +235,7 @@ func (p *Pod) Close() {
 		p.client.Close()
 	}
 	p.Agent.Close()
+	if p.sidecarAdmin != nil {
+		p.sidecarAdmin.Close()
+	}
 }

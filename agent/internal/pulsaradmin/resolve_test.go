@@ -1,4 +1,4 @@
-package agent
+package pulsaradmin
 
 import (
 	"context"
@@ -19,13 +19,13 @@ type arithTopic struct {
 	noMetadata, noLookup                               bool
 }
 
-func (t arithTopic) posOf(k int64) position {
-	return position{ledger: t.firstLedger + k/t.perLedger, entry: k % t.perLedger}
+func (t arithTopic) posOf(k int64) Position {
+	return Position{Ledger: t.firstLedger + k/t.perLedger, Entry: k % t.perLedger}
 }
 
-func (t arithTopic) kOf(p position) (int64, bool) {
-	k := (p.ledger-t.firstLedger)*t.perLedger + p.entry
-	return k, p.ledger >= t.firstLedger && p.entry >= 0 && p.entry < t.perLedger && k < t.entries
+func (t arithTopic) kOf(p Position) (int64, bool) {
+	k := (p.Ledger-t.firstLedger)*t.perLedger + p.Entry
+	return k, p.Ledger >= t.firstLedger && p.Entry >= 0 && p.Entry < t.perLedger && k < t.entries
 }
 
 func (t arithTopic) metaOf(k int64) entryMeta {
@@ -56,7 +56,7 @@ func (t arithTopic) serve(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(path, "/")
 		l, _ := strconv.ParseInt(parts[len(parts)-3], 10, 64)
 		e, _ := strconv.ParseInt(parts[len(parts)-1], 10, 64)
-		k, ok := t.kOf(position{l, e})
+		k, ok := t.kOf(Position{l, e})
 		if !ok {
 			http.Error(w, `{"reason":"not found"}`, http.StatusNotFound)
 			return
@@ -79,7 +79,7 @@ func (t arithTopic) serve(w http.ResponseWriter, r *http.Request) {
 		x, _ := strconv.ParseInt(r.URL.Query().Get("index"), 10, 64)
 		k := max(0, (x-t.firstIndex)/t.batch)
 		p := t.posOf(k)
-		fmt.Fprintf(w, `{"ledgerId":%d,"entryId":%d,"partitionIndex":-1}`, p.ledger, p.entry)
+		fmt.Fprintf(w, `{"ledgerId":%d,"entryId":%d,"partitionIndex":-1}`, p.Ledger, p.Entry)
 	default:
 		http.NotFound(w, r)
 	}
@@ -88,7 +88,7 @@ func (t arithTopic) serve(w http.ResponseWriter, r *http.Request) {
 func (t arithTopic) source(tb testing.TB) indexSource {
 	srv := httptest.NewServer(http.HandlerFunc(t.serve))
 	tb.Cleanup(srv.Close)
-	return newAdminClient(srv.URL, srv.Client(), nil, nil)
+	return New(srv.URL, srv.Client(), nil, nil)
 }
 
 const testTopic = "persistent://public/default/seek"
@@ -102,14 +102,14 @@ func TestResolveIndex(t *testing.T) {
 		want  resolution
 		noPIP bool
 	}{
-		{name: "below range is earliest", x: 3, want: resolution{pos: position{7, 0}, index: 30}},
-		{name: "first message", x: 30, want: resolution{pos: position{7, 0}, index: 30}},
-		{name: "inside a batch", x: 43, want: resolution{pos: position{8, 0}, batch: 1, index: 43}},
-		{name: "inside a batch, binary search", x: 43, noPIP: true, want: resolution{pos: position{8, 0}, batch: 1, index: 43}},
-		{name: "last ledger, binary search", x: 58, noPIP: true, want: resolution{pos: position{9, 1}, batch: 1, index: 58}},
-		{name: "last message", x: 59, want: resolution{pos: position{9, 1}, batch: 2, index: 59}},
-		{name: "end of range is latest", x: 60, want: resolution{pos: position{9, 1}, batch: 3, index: 60, past: true}},
-		{name: "far above is latest", x: 1 << 40, want: resolution{pos: position{9, 1}, batch: 3, index: 60, past: true}},
+		{name: "below range is earliest", x: 3, want: resolution{pos: Position{7, 0}, index: 30}},
+		{name: "first message", x: 30, want: resolution{pos: Position{7, 0}, index: 30}},
+		{name: "inside a batch", x: 43, want: resolution{pos: Position{8, 0}, batch: 1, index: 43}},
+		{name: "inside a batch, binary search", x: 43, noPIP: true, want: resolution{pos: Position{8, 0}, batch: 1, index: 43}},
+		{name: "last ledger, binary search", x: 58, noPIP: true, want: resolution{pos: Position{9, 1}, batch: 1, index: 58}},
+		{name: "last message", x: 59, want: resolution{pos: Position{9, 1}, batch: 2, index: 59}},
+		{name: "end of range is latest", x: 60, want: resolution{pos: Position{9, 1}, batch: 3, index: 60, past: true}},
+		{name: "far above is latest", x: 1 << 40, want: resolution{pos: Position{9, 1}, batch: 3, index: 60, past: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,25 +175,26 @@ func TestTopicPath(t *testing.T) {
 		"persistent://t/ns/a b-partition-2": "/admin/v2/persistent/t/ns/a%20b-partition-2",
 		"orders":                            "/admin/v2/persistent/public/default/orders",
 	} {
-		if got, err := topicPath(in); err != nil || got != want {
-			t.Errorf("topicPath(%q) = %q, %v; want %q", in, got, err, want)
+		if got, err := TopicPath(in); err != nil || got != want {
+			t.Errorf("TopicPath(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := topicPath("non-persistent://t/ns/x"); err == nil {
+	if _, err := TopicPath("non-persistent://t/ns/x"); err == nil {
 		t.Error("a non-persistent topic was accepted")
 	}
 }
 
-// BenchmarkSeekProbes measures seeks by index on topics of 10^6 and 10^7 entries, side by
-// side: pip415 and binarySearch time the index resolution alone, on computed topics served by
-// a fake admin server over real HTTP; wholeSeek-pip415 and wholeSeek-binarySearch time the
-// whole seek through pulsartest holding every entry (benchmarkWholeSeek).
+// seekBatch is the number of messages per entry in the seek benchmarks, as the agent's
+// (agent/bench_seek_test.go).
+const seekBatch = 4
+
+// BenchmarkSeekProbes measures index resolution on topics of 10^6 and 10^7 entries, side by
+// side: pip415 and binarySearch time it alone, on computed topics served by a fake admin server
+// over real HTTP. The agent's BenchmarkSeekProbes times the whole seek through pulsartest
+// holding every entry (wholeSeek-pip415 and wholeSeek-binarySearch).
 func BenchmarkSeekProbes(b *testing.B) {
 	for _, entries := range []int64{1_000_000, 10_000_000} {
 		for _, mode := range []string{"pip415", "binarySearch"} {
-			b.Run(fmt.Sprintf("entries=%d/wholeSeek-%s", entries, mode), func(b *testing.B) {
-				benchmarkWholeSeek(b, entries, mode == "pip415")
-			})
 			b.Run(fmt.Sprintf("entries=%d/%s", entries, mode), func(b *testing.B) {
 				tp := arithTopic{firstLedger: 100, perLedger: 50_000, entries: entries, batch: seekBatch, noLookup: mode == "binarySearch"}
 				src := &countingSource{indexSource: tp.source(b)}

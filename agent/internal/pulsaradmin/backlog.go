@@ -1,4 +1,4 @@
-package agent
+package pulsaradmin
 
 import (
 	"context"
@@ -15,9 +15,6 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
 
-// DefaultBacklogRefresh is how often a watched subscription's backlog is read again.
-const DefaultBacklogRefresh = protocol.DefaultBacklogRefresh
-
 // backlogReadTimeout bounds one whole read (every partition) of a subscription's backlog.
 const backlogReadTimeout = 10 * time.Second
 
@@ -32,12 +29,12 @@ const backlogReadTimeout = 10 * time.Second
 // stats need lookup (produce or consume) permission on the topic; the applied message TTL and
 // backlog quotas are topic policies, which need tenant admin rights. An application with
 // consume rights only gets the backlog with RetentionUnknown naming the refused read.
-func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
+func (a *Client) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
 	now := time.Now()
-	if a.admin == nil {
+	if a == nil {
 		return []protocol.BacklogStatus{unknownBacklog(topic, subscription, now, "no admin URL is set (the agent's Options.AdminURL, the sidecar's --admin-url)")}
 	}
-	return a.admin.backlog(ctx, topic, subscription, now)
+	return a.backlog(ctx, topic, subscription, now)
 }
 
 func unknownBacklog(topic, subscription string, at time.Time, why string) protocol.BacklogStatus {
@@ -50,7 +47,7 @@ type retention struct {
 	quotas     []protocol.BacklogQuota
 }
 
-func (a *adminClient) backlog(ctx context.Context, topic, subscription string, now time.Time) []protocol.BacklogStatus {
+func (a *Client) backlog(ctx context.Context, topic, subscription string, now time.Time) []protocol.BacklogStatus {
 	full, err := fullTopicName(topic)
 	if err != nil {
 		return []protocol.BacklogStatus{unknownBacklog(topic, subscription, now, err.Error())}
@@ -74,8 +71,8 @@ func (a *adminClient) backlog(ctx context.Context, topic, subscription string, n
 }
 
 // partitionBacklog reads one topic's (partition's) stats for the subscription.
-func (a *adminClient) partitionBacklog(ctx context.Context, topic, subscription string, ret retention, now time.Time) protocol.BacklogStatus {
-	base, err := topicPath(topic)
+func (a *Client) partitionBacklog(ctx context.Context, topic, subscription string, ret retention, now time.Time) protocol.BacklogStatus {
+	base, err := TopicPath(topic)
 	if err != nil {
 		return unknownBacklog(topic, subscription, now, err.Error())
 	}
@@ -162,8 +159,8 @@ func appendBounded(names []string, name string) []string {
 }
 
 // partitionNames lists the partitions of a partitioned topic, or the topic itself.
-func (a *adminClient) partitionNames(ctx context.Context, full string) ([]string, error) {
-	base, err := topicPath(full)
+func (a *Client) partitionNames(ctx context.Context, full string) ([]string, error) {
+	base, err := TopicPath(full)
 	if err != nil {
 		return nil, err
 	}
@@ -185,8 +182,8 @@ func (a *adminClient) partitionNames(ctx context.Context, full string) ([]string
 
 // retention reads the topic's applied message TTL and backlog quotas. The partitions of a
 // partitioned topic share its policies, so they are read once, on the topic's own name.
-func (a *adminClient) retention(ctx context.Context, full string) (retention, error) {
-	base, err := topicPath(full)
+func (a *Client) retention(ctx context.Context, full string) (retention, error) {
+	base, err := TopicPath(full)
 	if err != nil {
 		return retention{}, err
 	}
@@ -231,7 +228,7 @@ func (a *adminClient) retention(ctx context.Context, full string) (retention, er
 }
 
 // callOptional GETs an optional JSON scalar: "" when the broker answers 204 or nothing.
-func (a *adminClient) callOptional(ctx context.Context, path string) (string, error) {
+func (a *Client) callOptional(ctx context.Context, path string) (string, error) {
 	resp, err := a.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return "", err
@@ -271,7 +268,7 @@ func unknownReason(what string, err error) string {
 
 // fullTopicName is persistent://tenant/namespace/topic for a short or full name.
 func fullTopicName(topic string) (string, error) {
-	path, err := topicPath(topic)
+	path, err := TopicPath(topic)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package agent
+package pulsaradmin
 
 import (
 	"context"
@@ -20,18 +20,18 @@ import (
 
 // parkSubscription creates the durable subscription and closes its consumer, so that what is
 // produced next waits on the broker with nobody consuming.
-func (e *env) parkSubscription(t testing.TB, topic, sub string) {
+func (e *testBroker) parkSubscription(t testing.TB, topic, sub string) {
 	t.Helper()
-	c := e.subscribeRaw(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: sub})
+	c := testkit.Subscribe(t, e.client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: sub})
 	c.Close()
 }
 
 // setRetention sets the topic's message TTL and backlog quotas through the admin API, as an
 // operator would, and waits until the broker applies them (topic policies propagate
 // asynchronously on a real broker).
-func (e *env) setRetention(t testing.TB, topic string, ttlSeconds int, quotas map[string]string) {
+func (e *testBroker) setRetention(t testing.TB, topic string, ttlSeconds int, quotas map[string]string) {
 	t.Helper()
-	path, err := topicPath(topic)
+	path, err := TopicPath(topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +54,9 @@ func (e *env) setRetention(t testing.TB, topic string, ttlSeconds int, quotas ma
 }
 
 // subscriptionBacklog reads msgBacklog and backlogSize the way an operator would.
-func (e *env) subscriptionBacklog(t testing.TB, topic, sub string) (messages, bytes int64) {
+func (e *testBroker) subscriptionBacklog(t testing.TB, topic, sub string) (messages, bytes int64) {
 	t.Helper()
-	path, err := topicPath(topic)
+	path, err := TopicPath(topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,15 +80,15 @@ const (
 // give them, the oldest message's time within the produce window, the TTL and both quotas as
 // set through the admin API.
 func TestIntegrationBacklogReportsBacklogAndRetention(t *testing.T) {
-	e := newEnv(t)
+	e := newTestBroker(t)
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")
 	e.setRetention(t, topic, 120, map[string]string{"destination_storage": sizeQuotaEvicting, "message_age": ageQuotaHolding})
 	before := time.Now().Add(-time.Second) // broker and test clocks may differ a little
-	e.produce(t, topic, 0, 10, 1)
+	e.produce(t, topic, 10)
 	after := time.Now().Add(time.Second)
 
-	got := e.agent.Backlog(context.Background(), topic, "sub")
+	got := e.api.Backlog(context.Background(), topic, "sub")
 	if len(got) != 1 || got[0].Unknown != "" {
 		t.Fatalf("backlog %+v", got)
 	}
@@ -118,15 +118,15 @@ func TestIntegrationBacklogReportsBacklogAndRetention(t *testing.T) {
 // A partitioned topic gives one entry per partition, each with that partition's backlog and
 // the topic's policies; a topic without TTL or quota reports none.
 func TestIntegrationBacklogPerPartition(t *testing.T) {
-	e := newEnv(t)
+	e := newTestBroker(t)
 	topic := uniqueTopic(t)
 	e.createPartitioned(t, topic, 3)
 	e.parkSubscription(t, topic, "sub")
-	none := e.agent.Backlog(context.Background(), topic, "sub")
+	none := e.api.Backlog(context.Background(), topic, "sub")
 	e.setRetention(t, topic, 30, nil)
-	e.produce(t, topic, 0, 30, 1)
+	e.produce(t, topic, 30)
 
-	got := e.agent.Backlog(context.Background(), topic, "sub")
+	got := e.api.Backlog(context.Background(), topic, "sub")
 	if len(got) != 3 || len(none) != 3 {
 		t.Fatalf("got %d and %d entries, want 3 (one per partition): %+v", len(got), len(none), got)
 	}
@@ -195,7 +195,10 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newTestAgent(t, Options{AdminURL: tc.adminURL, AdminAuth: tc.auth})
+			var a *Client // no admin URL
+			if tc.adminURL != "" {
+				a = New(tc.adminURL, nil, tc.auth, nil)
+			}
 			got := a.Backlog(context.Background(), topic, tc.sub)
 			if len(got) != 1 {
 				t.Fatalf("got %+v, want one entry", got)
@@ -233,15 +236,15 @@ func TestBacklogUnknownWhenRefusedOrUnreachable(t *testing.T) {
 func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 	start := time.Now().Truncate(time.Millisecond)
 	clock := clocktesting.NewFakeClock(start)
-	e := newEnv(t, pulsartest.Options{Clock: clock.Now, MessageExpiryCheckInterval: -1})
+	e := newTestBroker(t, pulsartest.Options{Clock: clock.Now, MessageExpiryCheckInterval: -1})
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")
 	e.setRetention(t, topic, 60, nil)
-	e.produce(t, topic, 0, 3, 1)
+	e.produce(t, topic, 3)
 	clock.SetTime(start.Add(10 * time.Second))
-	e.produce(t, topic, 3, 2, 1)
+	e.produce(t, topic, 2)
 
-	got := e.agent.Backlog(context.Background(), topic, "sub")
+	got := e.api.Backlog(context.Background(), topic, "sub")
 	if len(got) != 1 || got[0].OldestPublishTime == nil || got[0].MessageTTLSeconds == nil || got[0].Messages != 5 {
 		t.Fatalf("backlog %+v", got)
 	}
@@ -261,7 +264,7 @@ func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 		t.Fatalf("just after the predicted time %d messages left, want the 2 newer ones", messages)
 	}
 	// The next read names the next expiry: the newer messages' time + TTL.
-	next := e.agent.Backlog(context.Background(), topic, "sub")
+	next := e.api.Backlog(context.Background(), topic, "sub")
 	if len(next) != 1 || next[0].OldestPublishTime == nil || !next[0].OldestPublishTime.Equal(start.Add(10*time.Second)) {
 		t.Fatalf("after the expiry: %+v", next)
 	}
@@ -273,7 +276,7 @@ func TestIntegrationBacklogPredictsTTLExpiry(t *testing.T) {
 // after it. The lag between the two is logged: it is what the prediction means on a real
 // broker. In-process, TestIntegrationBacklogPredictsTTLExpiry moves the clock instead.
 func TestIntegrationBacklogPredictsRealTTLExpiry(t *testing.T) {
-	e := newEnv(t)
+	e := newTestBroker(t)
 	if e.local != nil {
 		t.Skip("waits for a real broker's expiry check; in-process, TestIntegrationBacklogPredictsTTLExpiry moves the clock")
 	}
@@ -285,8 +288,8 @@ func TestIntegrationBacklogPredictsRealTTLExpiry(t *testing.T) {
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")
 	e.setRetention(t, topic, ttl, nil)
-	e.produce(t, topic, 0, 3, 1)
-	got := e.agent.Backlog(context.Background(), topic, "sub")
+	e.produce(t, topic, 3)
+	got := e.api.Backlog(context.Background(), topic, "sub")
 	if len(got) != 1 || got[0].OldestPublishTime == nil || got[0].MessageTTLSeconds == nil || got[0].Messages != 3 {
 		t.Fatalf("backlog %+v", got)
 	}
@@ -314,7 +317,7 @@ func TestIntegrationBacklogPredictsRealTTLExpiry(t *testing.T) {
 
 // expiryCheckInterval reads messageExpiryCheckIntervalInMinutes from the broker's runtime
 // configuration, or skips the test when the broker does not serve it (the test broker).
-func expiryCheckInterval(t *testing.T, e *env) time.Duration {
+func expiryCheckInterval(t *testing.T, e *testBroker) time.Duration {
 	t.Helper()
 	var conf map[string]string
 	if code := e.admin(t, http.MethodGet, "/admin/v2/brokers/configuration/runtime", "", &conf); code != http.StatusOK {
@@ -327,40 +330,41 @@ func expiryCheckInterval(t *testing.T, e *env) time.Duration {
 	return time.Duration(minutes) * time.Minute
 }
 
-// A watched subscription is read in the background: LatestBacklog follows the broker at the
-// refresh period, and StopWatchingBacklog forgets it.
+// A watched subscription is read in the background: Latest follows the broker at the refresh
+// period, and Stop forgets it.
 func TestIntegrationWatchBacklogRefreshes(t *testing.T) {
-	e := newEnv(t)
-	a := newTestAgent(t, Options{AdminURL: e.adminURL, BacklogRefresh: 20 * time.Millisecond})
+	e := newTestBroker(t)
+	a := NewWatches(e.api, 20*time.Millisecond)
+	t.Cleanup(a.Close)
 	topic := uniqueTopic(t)
 	e.parkSubscription(t, topic, "sub")
-	if got := a.LatestBacklog(topic, "sub"); got != nil {
+	if got := a.Latest(topic, "sub"); got != nil {
 		t.Fatalf("values before any watch: %+v", got)
 	}
-	a.WatchBacklog(topic, "sub")
-	a.WatchBacklog(topic, "sub") // again: one watch
+	a.Watch(topic, "sub")
+	a.Watch(topic, "sub") // again: one watch
 	messagesSeen := func(n int64) func() bool {
 		return func() bool {
-			got := a.LatestBacklog(topic, "sub")
+			got := a.Latest(topic, "sub")
 			return len(got) == 1 && got[0].Unknown == "" && got[0].Messages == n
 		}
 	}
 	poll.Eventually(t, "the first read", messagesSeen(0))
-	e.produce(t, topic, 0, 7, 1)
+	e.produce(t, topic, 7)
 	poll.Eventually(t, "a refresh showing 7 messages", messagesSeen(7))
-	got := a.LatestBacklog(topic, "sub")
+	got := a.Latest(topic, "sub")
 	got[0].Messages = 1000 // a caller's copy: the cache is not changed
 	if !messagesSeen(7)() {
 		t.Fatal("changing the returned values changed the cache")
 	}
-	a.StopWatchingBacklog(topic, "sub")
-	if got := a.LatestBacklog(topic, "sub"); got != nil {
-		t.Fatalf("values after StopWatchingBacklog: %+v", got)
+	a.Stop(topic, "sub")
+	if got := a.Latest(topic, "sub"); got != nil {
+		t.Fatalf("values after Stop: %+v", got)
 	}
 }
 
-// LatestBacklog never waits on the admin API: while a read hangs it answers at once (nothing
-// read yet), and StopWatchingBacklog and Close end the hanging read.
+// Latest never waits on the admin API: while a read hangs it answers at once (nothing read
+// yet), and Stop and Close end the hanging read.
 func TestWatchBacklogNeverWaitsOnTheAdminAPI(t *testing.T) {
 	entered := make(chan struct{}, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -368,20 +372,17 @@ func TestWatchBacklogNeverWaitsOnTheAdminAPI(t *testing.T) {
 		<-r.Context().Done() // hangs until the agent gives up
 	}))
 	t.Cleanup(srv.Close)
-	a, err := New(Options{AdminURL: srv.URL, BacklogRefresh: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.WatchBacklog("t", "sub")
-	a.WatchBacklog("u", "sub")
+	a := NewWatches(New(srv.URL, nil, nil, nil), time.Millisecond)
+	a.Watch("t", "sub")
+	a.Watch("u", "sub")
 	<-entered
-	if got := a.LatestBacklog("t", "sub"); got != nil {
+	if got := a.Latest("t", "sub"); got != nil {
 		t.Fatalf("values while the first read hangs: %+v", got)
 	}
-	a.StopWatchingBacklog("t", "sub")
+	a.Stop("t", "sub")
 	a.Close() // ends the other hanging read and returns
-	a.WatchBacklog("v", "sub")
-	if got := a.LatestBacklog("v", "sub"); got != nil {
+	a.Watch("v", "sub")
+	if got := a.Latest("v", "sub"); got != nil {
 		t.Fatalf("a watch started after Close: %+v", got)
 	}
 }

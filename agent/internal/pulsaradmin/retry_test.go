@@ -1,4 +1,4 @@
-package agent
+package pulsaradmin
 
 import (
 	"context"
@@ -53,10 +53,10 @@ func (f *flakyAdmin) count() int {
 	return f.requests
 }
 
-func flakyClient(t *testing.T, f *flakyAdmin) *adminClient {
+func flakyClient(t *testing.T, f *flakyAdmin) *Client {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	a := newAdminClient(srv.URL, srv.Client(), nil, nil)
+	a := New(srv.URL, srv.Client(), nil, nil)
 	a.retryBackoff = time.Millisecond
 	return a
 }
@@ -68,12 +68,12 @@ func TestAdminRetriesTransientAnswers(t *testing.T) {
 		f := &flakyAdmin{failures: 2, status: status}
 		a := flakyClient(t, f)
 		p, err := a.entryByIndex(context.Background(), testTopic, 5)
-		if err != nil || p != (position{ledger: 3, entry: 7}) || f.count() != 3 {
+		if err != nil || p != (Position{Ledger: 3, Entry: 7}) || f.count() != 3 {
 			t.Fatalf("status %d: entryByIndex = %v, %v after %d requests; want (3,7) after 3", status, p, err, f.count())
 		}
 		f = &flakyAdmin{failures: 2, status: status}
 		a = flakyClient(t, f)
-		if err := a.resetCursor(context.Background(), testTopic, "sub", position{ledger: 3, entry: 7}, true); err != nil {
+		if err := a.resetCursor(context.Background(), testTopic, "sub", Position{Ledger: 3, Entry: 7}, true); err != nil {
 			t.Fatalf("status %d: resetCursor: %v", status, err)
 		}
 		want := resetCursorData{LedgerID: 3, EntryID: 7, PartitionIndex: -1, Excluded: true}
@@ -142,10 +142,10 @@ func TestAdminRetriesARefusedConnection(t *testing.T) {
 		return d.DialContext(ctx, network, addr)
 	}}
 	defer transport.CloseIdleConnections()
-	a := newAdminClient(srv.URL, &http.Client{Transport: transport}, nil, nil)
+	a := New(srv.URL, &http.Client{Transport: transport}, nil, nil)
 	a.retryBackoff = time.Millisecond
 	p, err := a.entryByIndex(context.Background(), testTopic, 5)
-	if err != nil || p != (position{ledger: 3, entry: 7}) || refusals != 0 {
+	if err != nil || p != (Position{Ledger: 3, Entry: 7}) || refusals != 0 {
 		t.Fatalf("entryByIndex = %v, %v with %d refusals left; want (3,7) after both", p, err, refusals)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package pulsaradmin
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"fmt"
 )
 
-// position is an entry in a topic or partition.
-type position struct{ ledger, entry int64 }
+// Position is an entry in a topic or partition.
+type Position struct{ Ledger, Entry int64 }
 
 // ledgerSpan is one ledger and how many entries it holds.
 type ledgerSpan struct {
@@ -34,15 +34,15 @@ func (m entryMeta) firstIndex() int64 { return m.index - m.messages + 1 }
 // indexSource is the admin API as the resolver needs it.
 type indexSource interface {
 	ledgers(ctx context.Context, topic string) ([]ledgerSpan, error)
-	entryMeta(ctx context.Context, topic string, p position) (entryMeta, error)
-	entryByIndex(ctx context.Context, topic string, index int64) (position, error)
+	entryMeta(ctx context.Context, topic string, p Position) (entryMeta, error)
+	entryByIndex(ctx context.Context, topic string, index int64) (Position, error)
 }
 
 // resolution is where a seek to an index puts a cursor: the message at batch position batch
 // of entry pos is delivered next. batch equals the entry's message count when the cursor goes
 // past the entry (the latest position); empty means the topic holds nothing.
 type resolution struct {
-	pos   position
+	pos   Position
 	batch int32
 	index int64 // the index delivered next (A when below the range, B when above)
 	empty bool
@@ -50,11 +50,11 @@ type resolution struct {
 	// cursor, when set, is where the cursor goes instead of pos: the first chunk of a chunked
 	// message the target lies inside (see firstChunks). The entries from cursor up to the
 	// target are delivered again and the gate drops what lies before the target.
-	cursor *position
+	cursor *Position
 }
 
 // resetTo is the position the cursor is reset to.
-func (r resolution) resetTo() position {
+func (r resolution) resetTo() Position {
 	if r.cursor != nil {
 		return *r.cursor
 	}
@@ -72,12 +72,12 @@ func (s *countingSource) ledgers(ctx context.Context, topic string) ([]ledgerSpa
 	return s.indexSource.ledgers(ctx, topic)
 }
 
-func (s *countingSource) entryMeta(ctx context.Context, topic string, p position) (entryMeta, error) {
+func (s *countingSource) entryMeta(ctx context.Context, topic string, p Position) (entryMeta, error) {
 	s.probes++
 	return s.indexSource.entryMeta(ctx, topic, p)
 }
 
-func (s *countingSource) entryByIndex(ctx context.Context, topic string, index int64) (position, error) {
+func (s *countingSource) entryByIndex(ctx context.Context, topic string, index int64) (Position, error) {
 	s.probes++
 	return s.indexSource.entryByIndex(ctx, topic, index)
 }
@@ -94,22 +94,22 @@ func (l entryList) total() int64 {
 }
 
 // ordinal is the inverse of at: p's place across ledgers.
-func (l entryList) ordinal(p position) int64 {
+func (l entryList) ordinal(p Position) int64 {
 	var k int64
 	for _, s := range l {
-		if s.ledger == p.ledger {
-			return k + p.entry
+		if s.ledger == p.Ledger {
+			return k + p.Entry
 		}
 		k += s.entries
 	}
-	panic(fmt.Sprintf("agent: entry %d:%d is in none of the ledgers", p.ledger, p.entry))
+	panic(fmt.Sprintf("agent: entry %d:%d is in none of the ledgers", p.Ledger, p.Entry))
 }
 
 // at returns the k-th entry (0-based) across ledgers; entries of a ledger start at 0.
-func (l entryList) at(k int64) position {
+func (l entryList) at(k int64) Position {
 	for _, s := range l {
 		if k < s.entries {
-			return position{ledger: s.ledger, entry: k}
+			return Position{Ledger: s.ledger, Entry: k}
 		}
 		k -= s.entries
 	}
@@ -167,9 +167,9 @@ const (
 // message; but a client that receives a chunk without the message's first one drops it without
 // acknowledging it, which loses the message and leaves its chunks in the backlog for good. So
 // the cursor goes back to where every chunked message with a chunk at or after it starts there
-// or later (producers interleave their chunks); the gate drops, and acknowledges, the whole
-// messages that end before the target (skip.go). Messages that started before the target are
-// found among its chunkScan following entries, and by walking back from it.
+// or later (producers interleave their chunks); the agent's gate drops, and acknowledges, the
+// whole messages that end before the target (agent/skip.go). Messages that started before the
+// target are found among its chunkScan following entries, and by walking back from it.
 func firstChunks(ctx context.Context, src indexSource, topic string, entries entryList, r resolution) (resolution, error) {
 	if r.empty || r.past {
 		return r, nil
@@ -241,7 +241,7 @@ func lookupIndex(ctx context.Context, src indexSource, topic string, x int64) (r
 	if err != nil {
 		return resolution{}, false, err
 	}
-	if p.ledger < 0 || p.entry < 0 {
+	if p.Ledger < 0 || p.Entry < 0 {
 		// Pulsar 4.2 answers -1:-1 for an index inside the topic's first entry but its last.
 		return resolution{}, false, nil
 	}

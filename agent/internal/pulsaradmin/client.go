@@ -1,4 +1,10 @@
-package agent
+// Package pulsaradmin is the agent's one way to the Pulsar admin REST API: a Client that follows
+// the brokers' redirects with the application's credentials and retries transient failures,
+// the backlog reads of a subscription (Client.Backlog) and their background refresh (Watches),
+// and seek by index: every index resolved to an entry (Client.Resolve), then the cursors reset
+// (Client.ResetCursors, or both at once for consumers that are not the agent's:
+// Client.ResetByIndex). docs/design.md sections 4.15 and 5.4 to 5.6.
+package pulsaradmin
 
 import (
 	"bytes"
@@ -15,9 +21,11 @@ import (
 	"time"
 )
 
-// adminClient calls the few Pulsar admin REST endpoints seek by index needs, with plain
-// net/http: the entry-metadata headers are not exposed by the Go admin package.
-type adminClient struct {
+// Client calls the few Pulsar admin REST endpoints seek by index and the backlog reads need,
+// with plain net/http: the entry-metadata headers are not exposed by the Go admin package. A
+// nil Client is one without an admin URL: its backlog reads are unknown and its seeks fail
+// with ErrNoAdminURL.
+type Client struct {
 	base string
 	http *http.Client
 	auth func(*http.Request) error
@@ -25,11 +33,15 @@ type adminClient struct {
 	retryBackoff time.Duration
 }
 
-func newAdminClient(base string, hc *http.Client, auth func(*http.Request) error, trusted []string) *adminClient {
+// New returns a client of the admin API at base (http(s)://host:port) that sends its calls
+// through hc (nil: http.DefaultClient, which is left as it is), adds auth's credentials to
+// every request, and follows redirects to the hosts redirectPolicy trusts: base's own host,
+// its subdomains, and the hosts in trusted.
+func New(base string, hc *http.Client, auth func(*http.Request) error, trusted []string) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	a := &adminClient{base: strings.TrimRight(base, "/"), auth: auth, retryBackoff: adminRetryBackoff}
+	a := &Client{base: strings.TrimRight(base, "/"), auth: auth, retryBackoff: adminRetryBackoff}
 	withRedirects := *hc // a copy: the application's client is left as it is
 	withRedirects.CheckRedirect = a.redirectPolicy(base, trusted, hc.CheckRedirect)
 	a.http = &withRedirects
@@ -47,7 +59,7 @@ const maxAdminRedirects = 10
 // host names or IPs, "*.example.com" for subdomains). Never from https to http. Any other
 // redirect fails with a clear error, so credentials never reach a host a broker names by
 // mistake or by malice.
-func (a *adminClient) redirectPolicy(base string, trusted []string, next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+func (a *Client) redirectPolicy(base string, trusted []string, next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
 	origin, _ := url.Parse(base)
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) >= maxAdminRedirects {
@@ -91,6 +103,10 @@ func trustedRedirect(origin, target *url.URL, trusted []string) bool {
 	return false
 }
 
+// ErrIndexMetadataDisabled means the broker attaches no index to entries, so no index can be
+// resolved; nothing was moved.
+var ErrIndexMetadataDisabled = errors.New("agent: broker exposes no entry index: enable brokerEntryMetadataInterceptors=org.apache.pulsar.common.intercept.AppendIndexMetadataInterceptor and exposingBrokerEntryMetadataToClientEnabled=true")
+
 // errIndexLookupUnsupported means the broker predates PIP-415 (no getMessageIdByIndex).
 var errIndexLookupUnsupported = errors.New("agent: broker has no getMessageIdByIndex endpoint")
 
@@ -105,8 +121,9 @@ func (e *adminError) Error() string {
 	return fmt.Sprintf("agent: admin %s: HTTP %d: %s", e.Path, e.Status, e.Reason)
 }
 
-// topicPath maps persistent://tenant/ns/topic to /admin/v2/persistent/tenant/ns/topic.
-func topicPath(topic string) (string, error) {
+// TopicPath maps persistent://tenant/ns/topic (or a short name, in public/default) to
+// /admin/v2/persistent/tenant/ns/topic.
+func TopicPath(topic string) (string, error) {
 	domain, rest, ok := strings.Cut(topic, "://")
 	if !ok {
 		domain, rest = "persistent", "public/default/"+topic
@@ -148,7 +165,7 @@ func transientError(err error) bool {
 }
 
 // do sends a request, retrying transient failures; the answer is the last one.
-func (a *adminClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+func (a *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	wait := a.retryBackoff
 	for attempt := 0; ; attempt++ {
 		resp, err := a.send(ctx, method, path, body)
@@ -173,7 +190,7 @@ func (a *adminClient) do(ctx context.Context, method, path string, body any) (*h
 }
 
 // send makes one request.
-func (a *adminClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+func (a *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -199,7 +216,7 @@ func (a *adminClient) send(ctx context.Context, method, path string, body any) (
 }
 
 // call performs a request and decodes a JSON answer into out (when not nil).
-func (a *adminClient) call(ctx context.Context, method, path string, body, out any) (http.Header, error) {
+func (a *Client) call(ctx context.Context, method, path string, body, out any) (http.Header, error) {
 	resp, err := a.do(ctx, method, path, body)
 	if err != nil {
 		return nil, err
@@ -240,8 +257,8 @@ type internalStats struct {
 
 // ledgers lists the topic's ledgers with their entry counts. As in Pulsar, the open (last)
 // ledger reports 0 entries in the list; its count comes from currentLedgerEntries.
-func (a *adminClient) ledgers(ctx context.Context, topic string) ([]ledgerSpan, error) {
-	base, err := topicPath(topic)
+func (a *Client) ledgers(ctx context.Context, topic string) ([]ledgerSpan, error) {
+	base, err := TopicPath(topic)
 	if err != nil {
 		return nil, err
 	}
@@ -263,12 +280,12 @@ func (a *adminClient) ledgers(ctx context.Context, topic string) ([]ledgerSpan, 
 }
 
 // entryMeta reads one entry's broker index and message count from get-message-by-id.
-func (a *adminClient) entryMeta(ctx context.Context, topic string, p position) (entryMeta, error) {
-	base, err := topicPath(topic)
+func (a *Client) entryMeta(ctx context.Context, topic string, p Position) (entryMeta, error) {
+	base, err := TopicPath(topic)
 	if err != nil {
 		return entryMeta{}, err
 	}
-	h, err := a.call(ctx, http.MethodGet, fmt.Sprintf("%s/ledger/%d/entry/%d", base, p.ledger, p.entry), nil, nil)
+	h, err := a.call(ctx, http.MethodGet, fmt.Sprintf("%s/ledger/%d/entry/%d", base, p.Ledger, p.Entry), nil, nil)
 	if err != nil {
 		return entryMeta{}, err
 	}
@@ -305,24 +322,24 @@ type messageIDJSON struct {
 }
 
 // entryByIndex asks PIP-415 getMessageIdByIndex for the entry holding index.
-func (a *adminClient) entryByIndex(ctx context.Context, topic string, index int64) (position, error) {
-	base, err := topicPath(topic)
+func (a *Client) entryByIndex(ctx context.Context, topic string, index int64) (Position, error) {
+	base, err := TopicPath(topic)
 	if err != nil {
-		return position{}, err
+		return Position{}, err
 	}
 	var id messageIDJSON
 	_, err = a.call(ctx, http.MethodGet, base+"/getMessageIdByIndex?index="+strconv.FormatInt(index, 10), nil, &id)
 	var ae *adminError
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed:
-		return position{}, ErrIndexMetadataDisabled
+		return Position{}, ErrIndexMetadataDisabled
 	case errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed):
 		// Callers ask only for indexes inside the topic's range, so 404 means no endpoint.
-		return position{}, errIndexLookupUnsupported
+		return Position{}, errIndexLookupUnsupported
 	case err != nil:
-		return position{}, err
+		return Position{}, err
 	}
-	return position{ledger: id.LedgerID, entry: id.EntryID}, nil
+	return Position{Ledger: id.LedgerID, Entry: id.EntryID}, nil
 }
 
 // resetCursorData is the body of resetcursor (ResetCursorData in the broker).
@@ -338,14 +355,14 @@ type resetCursorData struct {
 
 // resetCursor moves a subscription's cursor on one topic or partition to an entry, or past
 // it when excluded (the entry is not delivered again, to this consumer or any other).
-func (a *adminClient) resetCursor(ctx context.Context, topic, subscription string, p position, excluded bool) error {
-	base, err := topicPath(topic)
+func (a *Client) resetCursor(ctx context.Context, topic, subscription string, p Position, excluded bool) error {
+	base, err := TopicPath(topic)
 	if err != nil {
 		return err
 	}
 	path := base + "/subscription/" + url.PathEscape(subscription) + "/resetcursor"
 	// The broker reads the flag from the body (ResetCursorData), not from the query.
-	body := resetCursorData{LedgerID: p.ledger, EntryID: p.entry, PartitionIndex: -1, Excluded: excluded}
+	body := resetCursorData{LedgerID: p.Ledger, EntryID: p.Entry, PartitionIndex: -1, Excluded: excluded}
 	_, err = a.call(ctx, http.MethodPost, path, body, nil)
 	return err
 }
