@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sort"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,15 +16,10 @@ import (
 // Holders are the pods whose agents may hold a flow's rule. The controller records a pod in
 // status.heldBy before it first pushes to it, so that whoever reconciles later - this process or
 // a restarted one - can release it when it stops matching or the flow goes, whatever the
-// selector says then. The book below keeps the same set in memory, because the informer's copy
-// of the status may lag this process's own writes.
+// selector says then. This process keeps the same set in memory (flowMemory.holders), because
+// the informer's copy of the status may lag this process's own writes.
 
-// holderBook is the in-memory copy of every flow's holders, by flow.
-type holderBook struct {
-	mu     sync.Mutex
-	byFlow map[types.NamespacedName]heldPods
-}
-
+// heldPods are the holders of one flow this process recorded (flowMemory.holders).
 type heldPods struct {
 	uid  types.UID // a recreated flow starts a new set
 	pods map[string]bool
@@ -35,50 +29,41 @@ func flowKey(flow *subflowv1.SubscriptionFlow) types.NamespacedName {
 	return types.NamespacedName{Namespace: flow.Namespace, Name: flow.Name}
 }
 
-// all returns the union of the recorded and remembered holders, sorted.
-func (b *holderBook) all(flow *subflowv1.SubscriptionFlow) []string {
+// holdersOf returns the union of the recorded and remembered holders, sorted.
+func (m *memory) holdersOf(flow *subflowv1.SubscriptionFlow) []string {
 	set := map[string]bool{}
 	for _, pod := range flow.Status.HeldBy {
 		set[pod] = true
 	}
-	b.mu.Lock()
-	if held, ok := b.byFlow[flowKey(flow)]; ok && held.uid == flow.UID {
-		for pod := range held.pods {
+	m.mu.Lock()
+	if f := m.flowLocked(flowKey(flow), false); f != nil && f.holders.uid == flow.UID {
+		for pod := range f.holders.pods {
 			set[pod] = true
 		}
 	}
-	b.mu.Unlock()
+	m.mu.Unlock()
 	return sortedKeys(set)
 }
 
-func (b *holderBook) has(flow *subflowv1.SubscriptionFlow, pod string) bool {
+func (m *memory) holds(flow *subflowv1.SubscriptionFlow, pod string) bool {
 	if slices.Contains(flow.Status.HeldBy, pod) {
 		return true
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	held, ok := b.byFlow[flowKey(flow)]
-	return ok && held.uid == flow.UID && held.pods[pod]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(flowKey(flow), false)
+	return f != nil && f.holders.uid == flow.UID && f.holders.pods[pod]
 }
 
-// set replaces the remembered holders of flow.
-func (b *holderBook) set(flow *subflowv1.SubscriptionFlow, pods []string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byFlow == nil {
-		b.byFlow = map[types.NamespacedName]heldPods{}
-	}
+// setHolders replaces the remembered holders of flow.
+func (m *memory) setHolders(flow *subflowv1.SubscriptionFlow, pods []string) {
 	held := heldPods{uid: flow.UID, pods: make(map[string]bool, len(pods))}
 	for _, pod := range pods {
 		held.pods[pod] = true
 	}
-	b.byFlow[flowKey(flow)] = held
-}
-
-func (b *holderBook) forget(key types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.byFlow, key)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.flowLocked(flowKey(flow), true).holders = held
 }
 
 func sortedKeys(set map[string]bool) []string {
@@ -114,7 +99,7 @@ func (r *SubscriptionFlowReconciler) recordHolders(ctx context.Context, flow, st
 		return nil, err
 	}
 	flow.DeepCopyInto(stored)
-	r.holders.set(flow, all)
+	r.memory.setHolders(flow, all)
 	return all, nil
 }
 

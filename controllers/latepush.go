@@ -8,11 +8,9 @@ import (
 	"hash/fnv"
 	"net"
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 )
@@ -66,24 +64,11 @@ type appliedPush struct {
 	at      time.Time
 }
 
-// pushBook holds the pushes in flight, at most one per flow and pod, so that a pod that does
-// not answer gets no second push piled onto the first; the pods whose last push, from any
-// flow, got no answer or outlived its reconcile, which the next reconcile does not wait for at
-// all; and each flow's settled answers, which its retries report instead of pushing again.
-type pushBook struct {
-	mu     sync.Mutex
-	pushes map[pushKey]*pendingPush
-	// applied holds, per flow and pod, the last answer that showed the pod done, until the
-	// flow stops matching the pod or is forgotten.
-	applied map[types.NamespacedName]map[string]appliedPush
-	// suspect holds the error of such a pod's last push, reported while the next one runs,
-	// until any flow's push gets an answer from it or the pod is deleted.
-	suspect map[agentAddress]error
-	// gates hold back the pushes to pods whose agent does not work (podbackoff.go), and steps
-	// counts each one's failures.
-	gates map[agentAddress]podGate
-	steps workqueue.TypedRateLimiter[agentAddress]
-}
+// The pushes in flight are kept, at most one per flow and pod (flowMemory.pushes), so that a
+// pod that does not answer gets no second push piled onto the first; so are the pods whose last
+// push, from any flow, got no answer or outlived its reconcile (memory.suspect), which the next
+// reconcile does not wait for at all; and each flow's settled answers (flowMemory.applied),
+// which its retries report instead of pushing again.
 
 // noAnswer is the outcome of a pod whose push has not answered within pushPatience, whether
 // the push is still in flight or has since timed out. Both read the same, so that the reconcile
@@ -102,10 +87,9 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
-func (b *pushBook) init() {
-	if b.pushes == nil {
-		b.pushes, b.applied, b.suspect = map[pushKey]*pendingPush{}, map[types.NamespacedName]map[string]appliedPush{}, map[agentAddress]error{}
-		b.gates = map[agentAddress]podGate{}
+func (m *memory) initPodsLocked() {
+	if m.suspect == nil {
+		m.suspect, m.gates = map[agentAddress]error{}, map[agentAddress]podGate{}
 	}
 }
 
@@ -113,25 +97,28 @@ func (b *pushBook) init() {
 // same subject that ended since the last reconcile (consumed), "still pushing" for one in
 // flight, or the settled answer to the same subject if it is younger than fresh (the resync
 // period, after which every pod is pushed to again). ok is false when a new push should start.
-func (b *pushBook) take(key pushKey, subject pushSubject, now time.Time, fresh time.Duration) (podOutcome, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.init()
-	if p := b.pushes[key]; p != nil {
+func (m *memory) take(key pushKey, subject pushSubject, now time.Time, fresh time.Duration) (podOutcome, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key.flow, false)
+	if f == nil {
+		return podOutcome{}, false
+	}
+	if p := f.pushes[key.pod]; p != nil {
 		if !p.done {
 			// The suspicion, when there is one, reads the same on every retry: no status write
 			// just because the wait grew.
-			if err := b.suspect[p.subject.address]; err != nil {
+			if err := m.suspect[p.subject.address]; err != nil {
 				return podOutcome{Pod: key.pod, Err: err}, true
 			}
 			return podOutcome{Pod: key.pod, Err: &noAnswer{}}, true
 		}
-		delete(b.pushes, key)
+		delete(f.pushes, key.pod)
 		if p.subject == subject {
 			return p.outcome, true
 		}
 	}
-	a, ok := b.applied[key.flow][key.pod]
+	a, ok := f.applied[key.pod]
 	if ok && a.subject == subject && now.Sub(a.at) < fresh {
 		return a.outcome, true
 	}
@@ -140,106 +127,92 @@ func (b *pushBook) take(key pushKey, subject pushSubject, now time.Time, fresh t
 
 // start records a push. For a pod whose last push failed or was not answered in time it
 // returns that error: the caller does not wait for this push and reports the error meanwhile.
-func (b *pushBook) start(key pushKey, subject pushSubject) (lastErr error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.init()
-	lastErr = b.suspect[subject.address]
-	b.pushes[key] = &pendingPush{subject: subject, waited: lastErr == nil}
+func (m *memory) start(key pushKey, subject pushSubject) (lastErr error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lastErr = m.suspect[subject.address]
+	f := m.flowLocked(key.flow, true)
+	if f.pushes == nil {
+		f.pushes = map[string]*pendingPush{}
+	}
+	f.pushes[key.pod] = &pendingPush{subject: subject, waited: lastErr == nil}
 	return lastErr
 }
 
 // finish records a push's outcome, settled or not; late reports that nobody waits for it any
 // more.
-func (b *pushBook) finish(key pushKey, subject pushSubject, outcome podOutcome, settled bool, now time.Time) (late bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.init()
+func (m *memory) finish(key pushKey, subject pushSubject, outcome podOutcome, settled bool, now time.Time) (late bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.initPodsLocked()
 	if timedOut(outcome.Err) {
 		outcome.Err = &noAnswer{}
 	}
-	b.judgeLocked(subject, outcome.Err, now) // the pod's, whatever became of the flow
-	p := b.pushes[key]
-	if p == nil {
+	m.judgeLocked(subject, outcome.Err, now) // the pod's, whatever became of the flow
+	f := m.flowLocked(key.flow, false)
+	if f == nil || f.pushes[key.pod] == nil {
 		return false // the flow was forgotten meanwhile
 	}
+	p := f.pushes[key.pod]
 	p.done, p.outcome = true, outcome
 	var answered *AgentError
 	if outcome.Err != nil && !errors.As(outcome.Err, &answered) {
 		// No answer (refused, timed out): not worth waiting for next time, by any flow. An
 		// agent that answered, even with an error, is waited for as usual.
-		b.suspect[p.subject.address] = outcome.Err
+		m.suspect[p.subject.address] = outcome.Err
 	} else {
-		delete(b.suspect, p.subject.address)
+		delete(m.suspect, p.subject.address)
 	}
 	if settled {
-		if b.applied[key.flow] == nil {
-			b.applied[key.flow] = map[string]appliedPush{}
+		if f.applied == nil {
+			f.applied = map[string]appliedPush{}
 		}
-		b.applied[key.flow][key.pod] = appliedPush{subject: p.subject, outcome: outcome, at: now}
+		f.applied[key.pod] = appliedPush{subject: p.subject, outcome: outcome, at: now}
 	} else {
-		delete(b.applied[key.flow], key.pod)
+		delete(f.applied, key.pod)
 	}
 	return !p.waited
 }
 
 // collect returns the outcome of key if its push ended (and forgets it); with abandon, a push
 // still in flight is left to wake the flow up when it ends.
-func (b *pushBook) collect(key pushKey, abandon bool) (podOutcome, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := b.pushes[key]
+func (m *memory) collect(key pushKey, abandon bool) (podOutcome, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key.flow, false)
+	if f == nil {
+		return podOutcome{}, false
+	}
+	p := f.pushes[key.pod]
 	if p == nil || !p.done {
 		if p != nil && abandon {
+			m.initPodsLocked()
 			p.waited = false
-			b.suspect[p.subject.address] = &noAnswer{}
+			m.suspect[p.subject.address] = &noAnswer{}
 		}
 		return podOutcome{}, false
 	}
-	delete(b.pushes, key)
+	delete(f.pushes, key.pod)
 	return p.outcome, true
 }
 
 // keepApplied forgets the settled answers of the flow's pods not in matched: pods that went
-// or no longer match. So the book holds at most one answer per flow and matched pod.
-func (b *pushBook) keepApplied(flow types.NamespacedName, matched map[string]bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for pod := range b.applied[flow] {
+// or no longer match. So memory holds at most one answer per flow and matched pod.
+func (m *memory) keepApplied(flow types.NamespacedName, matched map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(flow, false)
+	if f == nil {
+		return
+	}
+	for pod := range f.applied {
 		if !matched[pod] {
-			delete(b.applied[flow], pod)
+			delete(f.applied, pod)
 		}
 	}
-	if len(b.applied[flow]) == 0 {
-		delete(b.applied, flow)
+	if len(f.applied) == 0 {
+		f.applied = nil
 	}
-}
-
-// forget drops a flow's pushes and answers; those still in flight end unrecorded. The
-// suspicions stay: they are the pods', shared with other flows.
-func (b *pushBook) forget(flow types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for key := range b.pushes {
-		if key.flow == flow {
-			delete(b.pushes, key)
-		}
-	}
-	delete(b.applied, flow)
-}
-
-// forgetPod drops the suspicions and holds of a deleted pod, so that the book does not grow
-// with every pod that ever hung or failed. It walks those only: a handful of pods, not the
-// fleet.
-func (b *pushBook) forgetPod(uid types.UID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for address := range b.suspect {
-		if address.pod == uid {
-			delete(b.suspect, address)
-		}
-	}
-	b.forgetPodGatesLocked(uid)
 }
 
 // settledAnswer reports whether an answer shows the pod done with req, so that pushing req

@@ -34,7 +34,7 @@ func answer(req protocol.FlowRequest, states ...protocol.State) podOutcome {
 // A pod that did not answer one flow's push is not waited for by another flow's; an answer
 // to any flow's push clears that; a deleted pod's suspicion is dropped.
 func TestSuspicionIsThePods(t *testing.T) {
-	var b pushBook
+	var b memory
 	now := time.Now()
 	keyA, keyB := pushKey{flow: flowA, pod: "h"}, pushKey{flow: flowB, pod: "h"}
 	s := subject(paused, podH)
@@ -71,7 +71,7 @@ func TestSuspicionIsThePods(t *testing.T) {
 // A settled answer is reported instead of pushing again while the request, the agent and the
 // resync period are the same; anything else pushes.
 func TestSettledAnswerIsReusedUntilSomethingChanges(t *testing.T) {
-	var b pushBook
+	var b memory
 	now := time.Now()
 	key := pushKey{flow: flowA, pod: "h"}
 	s := subject(paused, podH)
@@ -95,8 +95,8 @@ func TestSettledAnswerIsReusedUntilSomethingChanges(t *testing.T) {
 		t.Error("after the resync period the earlier answer is reused")
 	}
 	b.keepApplied(flowA, map[string]bool{})
-	if len(b.applied) != 0 {
-		t.Fatalf("answers kept for pods no longer matched: %v", b.applied)
+	if applied := b.flows[flowA].applied; len(applied) != 0 {
+		t.Fatalf("answers kept for pods no longer matched: %v", applied)
 	}
 }
 

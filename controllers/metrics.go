@@ -1,9 +1,8 @@
 package controllers
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -38,16 +37,22 @@ func init() {
 
 var agentStates = []string{"Running", "Paused", "Stopped", "Mixed", "Unreachable", "NoConsumers", "AgentTooOld", "TooManyFlows"}
 
-// pausedSeries remembers each flow's current paused series so that a state change replaces it
-// without scanning every flow's series.
-var pausedSeries sync.Map // namespace/name -> [2]string{state, source}
+// swapPausedSeries remembers the labels of the flow's current paused series (flowMemory) and
+// returns the ones before, so that a state change replaces the series without scanning every
+// flow's series.
+func (m *memory) swapPausedSeries(key types.NamespacedName, labels [2]string) (old [2]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, true)
+	old, f.pausedSeries = f.pausedSeries, labels
+	return old
+}
 
 // recordFlowMetrics publishes one flow's gauges; a flow has exactly one paused series.
-func recordFlowMetrics(namespace, name, state, source string, agents map[string]int, backlogAtRisk bool) {
-	key := namespace + "/" + name
-	if old, ok := pausedSeries.Swap(key, [2]string{state, source}); ok && old != [2]string{state, source} {
-		labels := old.([2]string)
-		flowPaused.DeleteLabelValues(namespace, name, labels[0], labels[1])
+func (r *SubscriptionFlowReconciler) recordFlowMetrics(namespace, name, state, source string, agents map[string]int, backlogAtRisk bool) {
+	labels := [2]string{state, source}
+	if old := r.memory.swapPausedSeries(types.NamespacedName{Namespace: namespace, Name: name}, labels); old != [2]string{} && old != labels {
+		flowPaused.DeleteLabelValues(namespace, name, old[0], old[1])
 	}
 	value := 0.0
 	if state != "Running" {
@@ -66,7 +71,6 @@ func recordFlowMetrics(namespace, name, state, source string, agents map[string]
 
 func forgetFlowMetrics(namespace, name string) {
 	labels := prometheus.Labels{"namespace": namespace, "name": name}
-	pausedSeries.Delete(namespace + "/" + name)
 	flowPaused.DeletePartialMatch(labels)
 	flowAgents.DeletePartialMatch(labels)
 	flowBacklogAtRisk.DeletePartialMatch(labels)

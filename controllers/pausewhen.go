@@ -65,8 +65,9 @@ func init() {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get
 
 // Conditions evaluates the flows' spec.pauseWhen: it reads their sources (sharing a reading
-// between flows asking the same within an interval) and keeps one tracker per flow and
-// condition, whose decisions go into status.pauseWhen, from which EffectiveState reads them.
+// between flows asking the same within an interval) and feeds one tracker per flow and
+// condition, kept in the flow's memory, whose decisions go into status.pauseWhen, from which
+// EffectiveState reads them.
 type Conditions struct {
 	// Reader reads the objects that kubernetes conditions name (the API server; a Forbidden
 	// answer tells which permission the controller lacks).
@@ -79,17 +80,13 @@ type Conditions struct {
 
 	proberOnce sync.Once
 	readings   pausewhen.Readings
-	mu         sync.Mutex
-	trackers   map[conditionKey]*conditionTracker
-	// backlogs are what each flow's watching agent last answered of the backlogs its backlog
-	// conditions read (backlogWatcher).
-	backlogs map[types.NamespacedName]pausewhen.BacklogFigures
 }
 
-type conditionKey struct {
-	flow types.NamespacedName
-	uid  types.UID // a flow deleted and created again under its name starts afresh
-	name string
+// flowConditions are the trackers of one flow's conditions, by name (flowMemory.conditions).
+// A tracker is changed only by its flow's reconcile, one at a time.
+type flowConditions struct {
+	uid      types.UID // a flow deleted and created again under its name starts afresh
+	trackers map[string]*conditionTracker
 }
 
 type conditionTracker struct {
@@ -113,7 +110,7 @@ type conditionOutcome struct {
 // evaluate reads the sources of the flow's conditions that are due at now and returns each
 // condition's status. A condition not known in this process starts from what status says
 // (a controller that restarts keeps a pause its predecessor decided).
-func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.SubscriptionFlow, now time.Time) conditionOutcome {
+func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.SubscriptionFlow, mem *memory, now time.Time) conditionOutcome {
 	var out conditionOutcome
 	conds := flow.Spec.PauseWhen
 	trackers := make([]*conditionTracker, len(conds))
@@ -122,10 +119,10 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 	// last the sum of its reads (up to 8 x 5 s with its sources hanging).
 	var reads sync.WaitGroup
 	for i, cond := range conds {
-		trackers[i] = cs.tracker(flow, cond)
+		trackers[i] = mem.tracker(flow, cond)
 		interval := durationOr(cond.Interval, DefaultConditionInterval)
 		if due(trackers[i].evaluated, interval, now) {
-			reads.Go(func() { r := cs.read(ctx, flow, cond, interval, now); readings[i] = &r })
+			reads.Go(func() { r := cs.read(ctx, flow, mem, cond, interval, now); readings[i] = &r })
 		}
 	}
 	reads.Wait()
@@ -146,7 +143,7 @@ func (cs *Conditions) evaluate(ctx context.Context, flow *subflowv1.Subscription
 		out.statuses = append(out.statuses, conditionStatus(cond.Name, t))
 		out.descriptions = append(out.descriptions, t.Describe(cond.Name))
 	}
-	cs.forgetRemoved(flow)
+	mem.forgetRemovedConditions(flow)
 	return out
 }
 
@@ -159,14 +156,15 @@ func due(evaluated time.Time, interval time.Duration, now time.Time) bool {
 
 // tracker returns the flow's tracker of cond, made from status when this process has none,
 // with cond's policy as the spec says it now.
-func (cs *Conditions) tracker(flow *subflowv1.SubscriptionFlow, cond subflowv1.PauseCondition) *conditionTracker {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.trackers == nil {
-		cs.trackers = map[conditionKey]*conditionTracker{}
+func (m *memory) tracker(flow *subflowv1.SubscriptionFlow, cond subflowv1.PauseCondition) *conditionTracker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(flowKey(flow), true)
+	if f.conditions.uid != flow.UID || f.conditions.trackers == nil {
+		// A flow deleted and created again under its name starts afresh.
+		f.conditions = flowConditions{uid: flow.UID, trackers: map[string]*conditionTracker{}}
 	}
-	key := conditionKey{flow: flowKey(flow), uid: flow.UID, name: cond.Name}
-	t, ok := cs.trackers[key]
+	t, ok := f.conditions.trackers[cond.Name]
 	if !ok {
 		t = &conditionTracker{}
 		for _, st := range flow.Status.PauseWhen {
@@ -174,78 +172,66 @@ func (cs *Conditions) tracker(flow *subflowv1.SubscriptionFlow, cond subflowv1.P
 				t.Restore(st.Holds, st.Since.Time)
 			}
 		}
-		cs.trackers[key] = t
+		f.conditions.trackers[cond.Name] = t
 	}
 	t.Policy = pausewhen.Policy{For: durationOr(cond.For, 0), ResumeAfter: durationOr(cond.ResumeAfter, DefaultConditionResumeAfter),
 		OnError: pausewhen.OnError(cond.OnError)}
 	return t
 }
 
-// forgetRemoved drops the trackers of conditions the flow no longer has.
-func (cs *Conditions) forgetRemoved(flow *subflowv1.SubscriptionFlow) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for key := range cs.trackers {
-		if key.flow == flowKey(flow) && key.uid != flow.UID {
-			delete(cs.trackers, key) // of a flow deleted and created again under its name
-			continue
-		}
-		if key.flow == flowKey(flow) && !slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == key.name }) {
-			delete(cs.trackers, key)
-			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
-		}
+// forgetRemovedConditions drops the trackers of conditions the flow no longer has.
+func (m *memory) forgetRemovedConditions(flow *subflowv1.SubscriptionFlow) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(flowKey(flow), false)
+	if f == nil {
+		return
 	}
-}
-
-// forgetFlow drops every tracker of a flow that is gone.
-func (cs *Conditions) forgetFlow(flow types.NamespacedName) {
-	if cs == nil {
-		return // a reconciler never set up
+	if f.conditions.uid != flow.UID {
+		f.conditions = flowConditions{} // of a flow deleted and created again under its name
+		return
 	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for key := range cs.trackers {
-		if key.flow == flow {
-			delete(cs.trackers, key)
-			forgetConditionMetrics(flow.Namespace, flow.Name, key.name)
+	for name := range f.conditions.trackers {
+		if !slices.ContainsFunc(flow.Spec.PauseWhen, func(c subflowv1.PauseCondition) bool { return c.Name == name }) {
+			delete(f.conditions.trackers, name)
+			forgetConditionMetrics(flow.Namespace, flow.Name, name)
 		}
 	}
-	delete(cs.backlogs, flow)
 }
 
 // keepBacklogFigures records what the flow's watching agent answered, for the next reading of
 // its backlog conditions; a flow without them keeps nothing.
-func (cs *Conditions) keepBacklogFigures(flow *subflowv1.SubscriptionFlow, f pausewhen.BacklogFigures) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
+func (m *memory) keepBacklogFigures(flow *subflowv1.SubscriptionFlow, figures pausewhen.BacklogFigures) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if len(backlogSubscriptions(flow)) == 0 {
-		delete(cs.backlogs, flowKey(flow))
+		if f := m.flowLocked(flowKey(flow), false); f != nil {
+			f.backlog = nil
+		}
 		return
 	}
-	if cs.backlogs == nil {
-		cs.backlogs = map[types.NamespacedName]pausewhen.BacklogFigures{}
-	}
-	cs.backlogs[flowKey(flow)] = f
+	m.flowLocked(flowKey(flow), true).backlog = &figures
 }
 
-func (cs *Conditions) backlogFigures(flow *subflowv1.SubscriptionFlow) pausewhen.BacklogFigures {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if f, ok := cs.backlogs[flowKey(flow)]; ok {
-		return f
+func (m *memory) backlogFigures(flow *subflowv1.SubscriptionFlow) pausewhen.BacklogFigures {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.flowLocked(flowKey(flow), false); f != nil && f.backlog != nil {
+		return *f.backlog
 	}
 	return pausewhen.BacklogFigures{Missing: "no agent has been asked yet"}
 }
 
 // read takes a reading of cond's source, shared with every flow that asks the same within
 // interval (a backlog is the flow's own agent's answer, read from memory).
-func (cs *Conditions) read(ctx context.Context, flow *subflowv1.SubscriptionFlow, cond subflowv1.PauseCondition, interval time.Duration, now time.Time) pausewhen.Reading {
+func (cs *Conditions) read(ctx context.Context, flow *subflowv1.SubscriptionFlow, mem *memory, cond subflowv1.PauseCondition,
+	interval time.Duration, now time.Time) pausewhen.Reading {
 	ctx, cancel := context.WithTimeout(ctx, min(interval, maxConditionRead))
 	defer cancel()
 	namespace := flow.Namespace
 	switch {
 	case cond.Backlog != nil:
-		return backlogSourceOf(cond.Backlog).Judge(cs.backlogFigures(flow), backlogStaleAfter(interval), now)
+		return backlogSourceOf(cond.Backlog).Judge(mem.backlogFigures(flow), backlogStaleAfter(interval), now)
 	case cond.Kubernetes != nil:
 		src := pausewhen.ObjectCondition{APIVersion: cond.Kubernetes.APIVersion, Kind: cond.Kubernetes.Kind, Namespace: namespace,
 			Name: cond.Kubernetes.Name, ConditionType: cond.Kubernetes.ConditionType, Status: cond.Kubernetes.Status}

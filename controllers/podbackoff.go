@@ -36,66 +36,66 @@ func agentBroken(err error) bool {
 	return err != nil
 }
 
-func (b *pushBook) backoff() workqueue.TypedRateLimiter[agentAddress] {
-	if b.steps == nil {
-		b.steps = workqueue.NewTypedItemExponentialFailureRateLimiter[agentAddress](firstRetry, maxRetry)
+func (m *memory) backoff() workqueue.TypedRateLimiter[agentAddress] {
+	if m.steps == nil {
+		m.steps = workqueue.NewTypedItemExponentialFailureRateLimiter[agentAddress](firstRetry, maxRetry)
 	}
-	return b.steps
+	return m.steps
 }
 
 // held tells whether pushes to the subject's pod are held back at now; if so, it returns the
 // error to report and when the next push may go. Once the hold has passed it reserves the next
 // step for the push about to start, so that of all the flows selecting the pod only one pushes
 // per step.
-func (b *pushBook) held(subject pushSubject, now time.Time) (err error, next time.Time, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.init()
-	g, found := b.gates[subject.address]
+func (m *memory) held(subject pushSubject, now time.Time) (err error, next time.Time, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.initPodsLocked()
+	g, found := m.gates[subject.address]
 	switch {
 	case !found:
 		return nil, time.Time{}, false
 	case g.restarts != subject.restarts:
-		b.liftLocked(subject.address) // the agent restarted
+		m.liftLocked(subject.address) // the agent restarted
 		return nil, time.Time{}, false
 	case now.Before(g.next):
 		return g.err, g.next, true
 	}
-	g.next = now.Add(b.backoff().When(subject.address))
-	b.gates[subject.address] = g
+	g.next = now.Add(m.backoff().When(subject.address))
+	m.gates[subject.address] = g
 	return nil, time.Time{}, false
 }
 
 // judgeLocked records a push's outcome against its pod's hold: a failure holds the pod back for
 // a step unless it already is (the step was reserved when this push began, or the push began
 // before the first failure ended); anything else lifts the hold.
-func (b *pushBook) judgeLocked(subject pushSubject, err error, now time.Time) {
+func (m *memory) judgeLocked(subject pushSubject, err error, now time.Time) {
 	if !agentBroken(err) {
-		b.liftLocked(subject.address)
+		m.liftLocked(subject.address)
 		return
 	}
-	g, found := b.gates[subject.address]
+	g, found := m.gates[subject.address]
 	if found && g.restarts == subject.restarts {
 		g.err = err
-		b.gates[subject.address] = g
+		m.gates[subject.address] = g
 		return
 	}
-	b.liftLocked(subject.address)
-	b.gates[subject.address] = podGate{next: now.Add(b.backoff().When(subject.address)), err: err, restarts: subject.restarts}
+	m.liftLocked(subject.address)
+	m.gates[subject.address] = podGate{next: now.Add(m.backoff().When(subject.address)), err: err, restarts: subject.restarts}
 }
 
-func (b *pushBook) liftLocked(address agentAddress) {
-	if _, found := b.gates[address]; found {
-		delete(b.gates, address)
-		b.backoff().Forget(address)
+func (m *memory) liftLocked(address agentAddress) {
+	if _, found := m.gates[address]; found {
+		delete(m.gates, address)
+		m.backoff().Forget(address)
 	}
 }
 
 // forgetPodGatesLocked lifts the holds of a deleted pod.
-func (b *pushBook) forgetPodGatesLocked(uid types.UID) {
-	for address := range b.gates {
+func (m *memory) forgetPodGatesLocked(uid types.UID) {
+	for address := range m.gates {
 		if address.pod == uid {
-			b.liftLocked(address)
+			m.liftLocked(address)
 		}
 	}
 }

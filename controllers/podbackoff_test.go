@@ -13,7 +13,7 @@ import (
 // it together; a failure of a push begun before the hold does not lengthen it; a good answer,
 // a refusal of the request, a restarted agent and a deleted pod each lift it.
 func TestBrokenAgentIsHeldBackPerPod(t *testing.T) {
-	var b pushBook
+	var b memory
 	t0 := time.Now()
 	s := subject(paused, podH)
 	keyA, keyB := pushKey{flow: flowA, pod: "h"}, pushKey{flow: flowB, pod: "h"}

@@ -139,7 +139,7 @@ func (r *SubscriptionFlowReconciler) podEvents() handler.EventHandler {
 			r.enqueueFlowsFor(ctx, q, e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.pushes.forgetPod(e.Object.GetUID())
+			r.memory.forgetPod(e.Object.GetUID())
 			r.enqueueFlowsFor(ctx, q, e.Object)
 		},
 	}
@@ -167,7 +167,7 @@ func (r *SubscriptionFlowReconciler) flowConcernsPod(flow *subflowv1.Subscriptio
 		if selErr == nil && selector.Matches(labels.Set(pod.GetLabels())) {
 			return true
 		}
-		if r.holders.has(flow, pod.GetName()) {
+		if r.memory.holds(flow, pod.GetName()) {
 			return true
 		}
 	}

@@ -45,18 +45,18 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		matched[t.Pod] = true
 		key, req := pushKey{flow: flow, pod: t.Pod}, request(t.Pod)
 		subject := subjectOf(pods[i], t, req)
-		if o, ok := r.pushes.take(key, subject, now, fresh); ok {
+		if o, ok := r.memory.take(key, subject, now, fresh); ok {
 			outcomes[i] = o
 			continue
 		}
-		if err, next, held := r.pushes.held(subject, now); held {
+		if err, next, held := r.memory.held(subject, now); held {
 			outcomes[i].Err = err
 			if heldUntil.IsZero() || next.Before(heldUntil) {
 				heldUntil = next
 			}
 			continue
 		}
-		if lastErr := r.pushes.start(key, subject); lastErr == nil {
+		if lastErr := r.memory.start(key, subject); lastErr == nil {
 			waiting[i] = key
 		} else {
 			outcomes[i].Err = lastErr
@@ -64,14 +64,14 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		jobs <- pushJob{i: i, key: key, subject: subject, target: t, req: req} // now: the push may outlive the reconcile and its flow object
 	}
 	close(jobs)
-	r.pushes.keepApplied(flow, matched)
+	r.memory.keepApplied(flow, matched)
 	// Each answer names its pod, so that collecting it costs one lookup, not one per pod waited for.
 	answered := make(chan int, len(jobs))
 	for range min(r.parallelism(), len(jobs)) {
 		go func() {
 			for job := range jobs {
 				outcome := r.pushOne(ctx, job.target, job.req)
-				if r.pushes.finish(job.key, job.subject, outcome, settledAnswer(job.req, outcome), time.Now()) {
+				if r.memory.finish(job.key, job.subject, outcome, settledAnswer(job.req, outcome), time.Now()) {
 					r.wake(flow)
 				}
 				answered <- job.i
@@ -91,14 +91,14 @@ func (r *SubscriptionFlowReconciler) awaitAnswers(outcomes []podOutcome, waiting
 		case i := <-answered:
 			patience.Reset(pushPatience)
 			if key, ok := waiting[i]; ok {
-				if o, ok := r.pushes.collect(key, false); ok {
+				if o, ok := r.memory.collect(key, false); ok {
 					outcomes[i] = o
 					delete(waiting, i)
 				}
 			}
 		case <-patience.C:
 			for i, key := range waiting {
-				if o, ok := r.pushes.collect(key, true); ok {
+				if o, ok := r.memory.collect(key, true); ok {
 					outcomes[i] = o
 				} else {
 					outcomes[i].Err = &noAnswer{}

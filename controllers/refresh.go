@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -38,35 +37,24 @@ func refreshPeriod(pods, total, budget int) time.Duration {
 		time.Duration(total)*time.Second/time.Duration(max(budget, 1)))
 }
 
-// refreshBook holds the pods of every flow being refreshed, and their sum.
-type refreshBook struct {
-	mu    sync.Mutex
-	pods  map[types.NamespacedName]int
-	total int
+// setRefreshed records that the flow refreshes pods pods (0: it does not) and returns the sum
+// over every flow.
+func (m *memory) setRefreshed(flow types.NamespacedName, pods int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(flow, pods > 0)
+	if f != nil {
+		m.refreshedPods += pods - f.refreshed
+		f.refreshed = pods
+	}
+	return m.refreshedPods
 }
 
-// set records that the flow refreshes pods pods (0: it does not) and returns the sum over
-// every flow.
-func (b *refreshBook) set(flow types.NamespacedName, pods int) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.pods == nil {
-		b.pods = map[types.NamespacedName]int{}
-	}
-	b.total += pods - b.pods[flow]
-	if pods > 0 {
-		b.pods[flow] = pods
-	} else {
-		delete(b.pods, flow)
-	}
-	return b.total
-}
-
-// sum is the pods of every flow being refreshed.
-func (b *refreshBook) sum() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total
+// refreshedSum is the pods of every flow being refreshed.
+func (m *memory) refreshedSum() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refreshedPods
 }
 
 func (r *SubscriptionFlowReconciler) refreshBudget() int {
@@ -80,18 +68,18 @@ func (r *SubscriptionFlowReconciler) refreshBudget() int {
 // returns its refresh period (zero when it is not refreshed).
 func (r *SubscriptionFlowReconciler) refreshAfter(flow *subflowv1.SubscriptionFlow, pods int) time.Duration {
 	if !refreshing(flow) {
-		r.refreshes.set(flowKey(flow), 0)
+		r.memory.setRefreshed(flowKey(flow), 0)
 		return 0
 	}
-	return refreshPeriod(pods, r.refreshes.set(flowKey(flow), pods), r.refreshBudget())
+	return refreshPeriod(pods, r.memory.setRefreshed(flowKey(flow), pods), r.refreshBudget())
 }
 
-// answersFresh is how long a flow reuses its pods' settled answers (pushBook.take).
+// answersFresh is how long a flow reuses its pods' settled answers (memory.take).
 func (r *SubscriptionFlowReconciler) answersFresh(state subflowv1.FlowState, pods int) time.Duration {
 	if state == subflowv1.StateRunning {
 		return r.resync()
 	}
-	return min(r.resync(), refreshPeriod(pods, max(r.refreshes.sum(), pods), r.refreshBudget()))
+	return min(r.resync(), refreshPeriod(pods, max(r.memory.refreshedSum(), pods), r.refreshBudget()))
 }
 
 // refreshing reports whether the flow's status, just computed, is refreshed before the resync:

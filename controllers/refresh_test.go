@@ -37,7 +37,7 @@ func TestRequeueRefreshesTheCountsThatMatter(t *testing.T) {
 			r := &SubscriptionFlowReconciler{Resync: time.Hour}
 			flow := &subflowv1.SubscriptionFlow{Status: c.status}
 			for range 8 { // backed off to a minute
-				r.retries.next(flowKey(flow))
+				r.memory.nextRetry(flowKey(flow))
 			}
 			got := r.requeue(flow, observation{Effective: Effective{State: c.status.EffectiveState}, Outcomes: pods(c.pods), Now: time.Now()})
 			if got.RequeueAfter != c.want {
@@ -115,7 +115,7 @@ func TestRequeueSharesTheRefreshBudgetAmongFlows(t *testing.T) {
 		t.Errorf("100 paused flows left: refreshed every %s, want %s", got, statusRefresh)
 	}
 	r.forget(types.NamespacedName{Namespace: "ns", Name: "flow-999"})
-	if got := r.refreshes.sum(); got != 99*10 {
+	if got := r.memory.refreshedSum(); got != 99*10 {
 		t.Errorf("a forgotten flow's pods still counted: %d pods refreshed, want %d", got, 99*10)
 	}
 }

@@ -1,32 +1,37 @@
 package controllers
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 )
 
-// retryBook gives each flow a retry delay that doubles from firstRetry up to maxRetry while it
-// is not ready, so that an unreachable pod or a wrong token is retried soon at first and then
-// without hammering anyone. Pod and flow events still reconcile at once. It is client-go's
-// per-item exponential rate limiter, made when first used so that a reconciler built as a
-// struct literal (tests, benchmarks) has one too.
-type retryBook struct {
-	once    sync.Once
-	limiter workqueue.TypedRateLimiter[types.NamespacedName]
+// Each flow has a retry delay that doubles from firstRetry up to maxRetry while it is not
+// ready, so that an unreachable pod or a wrong token is retried soon at first and then without
+// hammering anyone. Pod and flow events still reconcile at once. The flow's failures are counted
+// in its memory (flowMemory.failures), the delays being client-go's per-item exponential rate
+// limiter's.
+
+// nextRetry is the delay before the flow's next retry, counting this one.
+func (m *memory) nextRetry(key types.NamespacedName) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, true)
+	delay := firstRetry
+	for i := 0; i < f.failures && delay < maxRetry; i++ {
+		delay *= 2
+	}
+	if delay < maxRetry {
+		f.failures++ // beyond the cap the count no longer matters: it stays bounded
+	}
+	return min(delay, maxRetry)
 }
 
-func (b *retryBook) get() workqueue.TypedRateLimiter[types.NamespacedName] {
-	b.once.Do(func() {
-		b.limiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](firstRetry, maxRetry)
-	})
-	return b.limiter
+// resetRetries forgets the flow's failures: the next retry waits firstRetry again.
+func (m *memory) resetRetries(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.flowLocked(key, false); f != nil {
+		f.failures = 0
+	}
 }
-
-// next is the delay before the flow's next retry, counting this one.
-func (b *retryBook) next(key types.NamespacedName) time.Duration { return b.get().When(key) }
-
-// reset forgets the flow's failures: the next retry waits firstRetry again.
-func (b *retryBook) reset(key types.NamespacedName) { b.get().Forget(key) }

@@ -176,18 +176,18 @@ func BenchmarkNeverFiringSchedule(b *testing.B) {
 }
 
 func TestRetriesBackOffToACap(t *testing.T) {
-	var book retryBook
+	var book memory
 	var got []time.Duration
 	for range 9 {
-		got = append(got, book.next(flowKey(&subflowv1.SubscriptionFlow{})))
+		got = append(got, book.nextRetry(flowKey(&subflowv1.SubscriptionFlow{})))
 	}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
 		32 * time.Second, time.Minute, time.Minute, time.Minute}
 	if !slices.Equal(got, want) {
 		t.Fatalf("delays %v, want %v", got, want)
 	}
-	book.reset(flowKey(&subflowv1.SubscriptionFlow{}))
-	if d := book.next(flowKey(&subflowv1.SubscriptionFlow{})); d != time.Second {
+	book.resetRetries(flowKey(&subflowv1.SubscriptionFlow{}))
+	if d := book.nextRetry(flowKey(&subflowv1.SubscriptionFlow{})); d != time.Second {
 		t.Fatalf("after reset %v, want 1s", d)
 	}
 }

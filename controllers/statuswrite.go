@@ -38,7 +38,7 @@ func (w *statusWriters) get(n int) chan struct{} {
 // The write carries the resourceVersion read, as before: one computed from a copy that is no
 // longer the stored one (another controller wrote) is refused, so revision and
 // observedGeneration never go back, and a transition is announced only by the write that stored
-// it. Until the write ends, the flow's reconciles are deferred to its end (writtenBook), so at
+// it. Until the write ends, the flow's reconciles are deferred to its end (written.go), so at
 // most one write per flow is in flight and the next reconcile starts from what it stored. A
 // refused write reconciles the flow again: soon after a conflict, after the flow's retry delay
 // otherwise.
@@ -46,7 +46,7 @@ func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, fl
 	key := client.ObjectKeyFromObject(flow)
 	log := ctrl.LoggerFrom(ctx)
 	slots := r.statusWrites.get(cmp.Or(max(r.MaxConcurrentStatusWrites, 0), DefaultMaxConcurrentStatusWrites))
-	r.written.writing(key)
+	r.memory.writing(key)
 	go func() {
 		slots <- struct{}{}
 		// The reconcile's context ends with the manager; the write still gets its answer.
@@ -58,25 +58,25 @@ func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, fl
 		case err == nil && flow.ResourceVersion == stored.ResourceVersion:
 			// The API server stored nothing new (the same status): no version of the cache is
 			// older than what it holds, so nothing is waited for.
-			if r.written.ended(key) {
+			if r.memory.ended(key) {
 				r.reconcileAgain(ctx, key, 0)
 			}
 		case err == nil:
-			if r.written.wrote(key, append(seen, stored.ResourceVersion), time.Now()) {
+			if r.memory.wrote(key, append(seen, stored.ResourceVersion), time.Now()) {
 				r.reconcileAgain(ctx, key, 0)
 			}
 			r.emitEvents(stored, flow)
 		case apierrors.IsNotFound(err):
-			if r.written.ended(key) { // deleted meanwhile: the deletion's reconcile was deferred
+			if r.memory.ended(key) { // deleted meanwhile: the deletion's reconcile was deferred
 				r.reconcileAgain(ctx, key, 0)
 			}
 		case apierrors.IsConflict(err):
-			r.written.ended(key)
+			r.memory.ended(key)
 			log.V(1).Info("Status changed since it was read; reconciling again", "flow", klog.KObj(flow))
 			r.reconcileAgain(ctx, key, readAgainAfter)
 		default:
-			r.written.ended(key)
-			retry := r.retries.next(key)
+			r.memory.ended(key)
+			retry := r.memory.nextRetry(key)
 			log.Error(err, "Writing status; reconciling again", "flow", klog.KObj(flow), "after", retry)
 			r.reconcileAgain(ctx, key, retry)
 		}

@@ -105,13 +105,9 @@ type SubscriptionFlowReconciler struct {
 	// objects through the API server when it is nil (and without Prometheus).
 	Conditions *Conditions
 
-	holders holderBook
-	tokens  tokenBook
-	retries retryBook
-	pushes  pushBook
-	written writtenBook
-	// refreshes holds the pods of the flows refreshed before the resync (refresh.go).
-	refreshes refreshBook
+	// memory is what this process keeps between reconciles, per flow and per pod (memory.go).
+	memory memory
+	tokens tokenBook
 	// statusWrites bounds the status writes in flight (writeStatus).
 	statusWrites statusWriters
 	// podIndex is the manager's pod cache, read in place (namespacePods).
@@ -151,10 +147,10 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.written.deferToWrite(req.NamespacedName) {
+	if r.memory.deferToWrite(req.NamespacedName) {
 		return ctrl.Result{}, nil // the write's end reconciles the flow again
 	}
-	if r.written.stale(req.NamespacedName, flow.ResourceVersion, time.Now()) {
+	if r.memory.stale(req.NamespacedName, flow.ResourceVersion, time.Now()) {
 		return ctrl.Result{RequeueAfter: cacheRecheck}, nil
 	}
 	if !flow.DeletionTimestamp.IsZero() {
@@ -209,7 +205,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	if len(pods) > subflowv1.MaxHolders {
 		return r.stall(ctx, flow, fmt.Sprintf("spec.selector matches %d pods; one flow drives at most %d", len(pods), subflowv1.MaxHolders)), nil
 	}
-	holders, err := r.recordHolders(ctx, flow, stored, r.holders.all(flow), pods)
+	holders, err := r.recordHolders(ctx, flow, stored, r.memory.holdersOf(flow), pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -225,7 +221,7 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 	obs.Reporter, obs.Subscription = backlogReporter(flow, eff.State, live), flow.Spec.Subscription
 	obs.Watcher, obs.WatcherMissing = backlogWatcher(flow, live)
 	r.pushRevision(ctx, flow, live, target, &obs)
-	r.Conditions.keepBacklogFigures(flow, backlogFiguresOf(obs.Watcher, obs.WatcherMissing, obs.Outcomes))
+	r.memory.keepBacklogFigures(flow, backlogFiguresOf(obs.Watcher, obs.WatcherMissing, obs.Outcomes))
 	r.startSeekIfPending(ctx, flow, live, target, &obs)
 	obs.Orphaned = r.orphanedRules(ctx, obs.Outcomes)
 	obs.Selector = metav1.FormatLabelSelector(&flow.Spec.Selector)
@@ -236,11 +232,11 @@ func (r *SubscriptionFlowReconciler) reconcileNormal(ctx context.Context, flow, 
 		r.pushRevision(ctx, flow, live, target, &obs)
 		flow.Status = computeStatus(flow, obs)
 	}
-	r.holders.set(flow, kept)
+	r.memory.setHolders(flow, kept)
 	if len(released) > 0 {
 		r.event(flow, corev1.EventTypeNormal, "Released", "Released the rule in pods that no longer match: %s", listNames(released))
 	}
-	recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), obs.agentStates(),
+	r.recordFlowMetrics(flow.Namespace, flow.Name, string(eff.State), string(eff.Source), obs.agentStates(),
 		meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionBacklogAtRisk))
 	log.V(1).Info("Flow reconciled", "flow", klog.KObj(flow), "revision", obs.Revision, "effectiveState", eff.State,
 		"matched", flow.Status.Pods.Matched, "synced", flow.Status.Pods.Synced)
@@ -277,9 +273,9 @@ func (r *SubscriptionFlowReconciler) pushRevision(ctx context.Context, flow *sub
 func (r *SubscriptionFlowReconciler) stall(ctx context.Context, flow *subflowv1.SubscriptionFlow, message string) ctrl.Result {
 	ctrl.LoggerFrom(ctx).V(1).Info("Flow spec cannot be applied", "flow", klog.KObj(flow), "reason", message)
 	flow.Status = stalledStatus(flow, subflowv1.ReasonInvalidSpec, message, r.Clock.Now())
-	r.refreshes.set(flowKey(flow), 0) // nothing is pushed meanwhile
+	r.memory.setRefreshed(flowKey(flow), 0) // nothing is pushed meanwhile
 	// A referenced Secret is not watched: look again after a while, backing off.
-	return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}
+	return ctrl.Result{RequeueAfter: r.memory.nextRetry(flowKey(flow))}
 }
 
 // nextRevision bumps the revision whenever what is pushed may change: a new generation or a new
@@ -451,9 +447,9 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 	after := r.resync()
 	ready := meta.IsStatusConditionTrue(flow.Status.Conditions, subflowv1.ConditionReady)
 	if ready {
-		r.retries.reset(flowKey(flow))
+		r.memory.resetRetries(flowKey(flow))
 	} else {
-		after = r.retries.next(flowKey(flow))
+		after = r.memory.nextRetry(flowKey(flow))
 	}
 	if !obs.HeldUntil.IsZero() {
 		after = min(after, max(time.Until(obs.HeldUntil), time.Millisecond)) // the pushes' clock: wall time
@@ -481,7 +477,7 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 // evaluateConditions reads the flow's due spec.pauseWhen conditions into flow.Status.PauseWhen,
 // where EffectiveState reads them, and records an event for each decision that changed.
 func (r *SubscriptionFlowReconciler) evaluateConditions(ctx context.Context, flow *subflowv1.SubscriptionFlow, now time.Time) conditionOutcome {
-	out := r.Conditions.evaluate(ctx, flow, now)
+	out := r.Conditions.evaluate(ctx, flow, &r.memory, now)
 	flow.Status.PauseWhen = out.statuses
 	for _, change := range out.changed {
 		reason := "AutoResumed"
@@ -506,7 +502,7 @@ func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *
 			return ctrl.Result{}, err
 		} else if len(failed) > 0 {
 			if r.Clock.Now().Sub(flow.DeletionTimestamp.Time) < releaseGiveUpAfter {
-				return ctrl.Result{RequeueAfter: r.retries.next(flowKey(flow))}, nil
+				return ctrl.Result{RequeueAfter: r.memory.nextRetry(flowKey(flow))}, nil
 			}
 			r.event(flow, corev1.EventTypeWarning, "ReleaseFailed", "Gave up releasing agents: %s", listNames(failed))
 		}
@@ -516,17 +512,6 @@ func (r *SubscriptionFlowReconciler) reconcileDelete(ctx context.Context, flow *
 	}
 	r.forget(flowKey(flow))
 	return ctrl.Result{}, nil
-}
-
-// forget drops everything this process keeps about a flow: metrics series, holders, retries.
-func (r *SubscriptionFlowReconciler) forget(key types.NamespacedName) {
-	forgetFlowMetrics(key.Namespace, key.Name)
-	r.Conditions.forgetFlow(key)
-	r.holders.forget(key)
-	r.retries.reset(key)
-	r.pushes.forget(key)
-	r.written.forget(key)
-	r.refreshes.set(key, 0)
 }
 
 // patchFinalizer adds or removes our finalizer with a merge patch, which (unlike an update from
@@ -544,7 +529,7 @@ func (r *SubscriptionFlowReconciler) patchFinalizer(ctx context.Context, flow *s
 // that failed. A Secret that cannot be used leaves nothing to authenticate with: all fail.
 func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *subflowv1.SubscriptionFlow) ([]string, error) {
 	names := map[string]bool{}
-	for _, name := range r.holders.all(flow) {
+	for _, name := range r.memory.holdersOf(flow) {
 		names[name] = true
 	}
 	if selector, err := flow.PodSelector(); err == nil {

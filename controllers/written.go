@@ -2,23 +2,19 @@ package controllers
 
 import (
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// writtenBook remembers, per flow, the versions the informer's cache may still hold after this
-// process wrote the flow's status: the ones read before the write. A reconcile that starts from
-// one of them would push an old revision and have its status write refused, so it is put back
-// on the queue for a moment instead. The flow's worker is not held while the cache catches up
-// (polling held it 24-27 ms of a ~170 ms reconcile at 100 flows x 10 pods:
-// docs/fleet-scale-findings.md).
-type writtenBook struct {
-	mu     sync.Mutex
-	byFlow map[types.NamespacedName]staleVersions
-}
+// This process remembers, per flow (flowMemory.written), the versions the informer's cache may
+// still hold after it wrote the flow's status: the ones read before the write. A reconcile that
+// starts from one of them would push an old revision and have its status write refused, so it
+// is put back on the queue for a moment instead. The flow's worker is not held while the cache
+// catches up (polling held it for a noticeable share of each reconcile: docs/fleet-scale-findings.md).
 
+// staleVersions are the versions of one flow's cached copy older than this process's last
+// status write of it.
 type staleVersions struct {
 	// writing is true while a status write of the flow is in flight (statuswrite.go): until it
 	// ends, every version the cache holds may be older than what it stores. asked is true when
@@ -31,71 +27,70 @@ type staleVersions struct {
 }
 
 // writing records that a status write of the flow has begun; wrote or ended ends it.
-func (b *writtenBook) writing(key types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byFlow == nil {
-		b.byFlow = map[types.NamespacedName]staleVersions{}
-	}
-	b.byFlow[key] = staleVersions{writing: true}
+func (m *memory) writing(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.flowLocked(key, true).written = &staleVersions{writing: true}
 }
 
 // wrote records, at the end of the write writing began, that the versions are older than what
 // this process has just written, and tells whether a reconcile was deferred to that end. A flow
 // forgotten meanwhile (deleted) has nothing to wait for.
-func (b *writtenBook) wrote(key types.NamespacedName, versions []string, now time.Time) (asked bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, ok := b.byFlow[key]
-	if ok {
-		b.byFlow[key] = staleVersions{versions: versions, until: now.Add(cacheWait)}
+func (m *memory) wrote(key types.NamespacedName, versions []string, now time.Time) (asked bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, false)
+	if f == nil || f.written == nil {
+		return false
 	}
-	return s.asked
+	asked = f.written.asked
+	f.written = &staleVersions{versions: versions, until: now.Add(cacheWait)}
+	return asked
 }
 
 // ended records that a status write of the flow ended without storing anything, and tells
 // whether a reconcile was deferred to its end.
-func (b *writtenBook) ended(key types.NamespacedName) (asked bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	asked = b.byFlow[key].asked
-	delete(b.byFlow, key)
+func (m *memory) ended(key types.NamespacedName) (asked bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, false)
+	if f == nil || f.written == nil {
+		return false
+	}
+	asked = f.written.asked
+	f.written = nil
 	return asked
 }
 
 // deferToWrite tells whether a status write of the flow is in flight, and if so notes that a
 // reconcile waits for its end: the write's end reconciles the flow again. Polling instead
 // would keep a worker busy for as long as the write waits behind the others in flight.
-func (b *writtenBook) deferToWrite(key types.NamespacedName) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, ok := b.byFlow[key]
-	if !ok || !s.writing {
+func (m *memory) deferToWrite(key types.NamespacedName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, false)
+	if f == nil || f.written == nil || !f.written.writing {
 		return false
 	}
-	s.asked = true
-	b.byFlow[key] = s
+	f.written.asked = true
 	return true
 }
 
 // stale tells whether version is one the cache held before this process's last write of the
 // flow and that write is recent enough to wait for. Any other answer ends the wait.
-func (b *writtenBook) stale(key types.NamespacedName, version string, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s, ok := b.byFlow[key]
-	if ok && s.writing {
+func (m *memory) stale(key types.NamespacedName, version string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.flowLocked(key, false)
+	if f == nil || f.written == nil {
+		return false
+	}
+	if f.written.writing {
 		return false // deferToWrite's case
 	}
-	if ok && now.Before(s.until) && slices.Contains(s.versions, version) {
+	if now.Before(f.written.until) && slices.Contains(f.written.versions, version) {
 		return true
 	}
-	delete(b.byFlow, key)
+	f.written = nil
 	return false
-}
-
-func (b *writtenBook) forget(key types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.byFlow, key)
 }

@@ -10,7 +10,7 @@ import (
 func TestWrittenBookWaitsOnlyForTheVersionsBeforeAWrite(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "flow"}
 	now := time.Unix(1000, 0)
-	var b writtenBook
+	var b memory
 	if b.stale(key, "1", now) {
 		t.Fatal("a flow never written is stale")
 	}
@@ -45,7 +45,7 @@ func TestWrittenBookDefersReconcilesToAWriteInFlight(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "flow"}
 	other := types.NamespacedName{Namespace: "ns", Name: "other"}
 	now := time.Unix(1000, 0)
-	var b writtenBook
+	var b memory
 	if b.deferToWrite(key) {
 		t.Fatal("a flow with no write in flight is deferred")
 	}
@@ -78,7 +78,7 @@ func TestWrittenBookDefersReconcilesToAWriteInFlight(t *testing.T) {
 	b.writing(key)
 	b.forget(key) // deleted while its write was in flight
 	b.wrote(key, []string{"1"}, now)
-	if len(b.byFlow) != 0 {
-		t.Errorf("a deleted flow's write left %v in the book", b.byFlow)
+	if len(b.flows) != 0 {
+		t.Errorf("a deleted flow's write left %v in memory", b.flows)
 	}
 }
