@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -560,7 +561,7 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			st.Positions, st.FailedPartitions = seekOutcome(o.Status.Seek)
 			requestedIndexes(st.Positions, seek)
 			if o.Status.Seek.State == protocol.SeekFailed {
-				st.Message = clip(seekFailure(o.Status.Seek), maxAgentText)
+				st.Message = clip(agentSeekFailure(o.Status.Seek).message(), maxAgentText)
 			}
 		}
 	}
@@ -604,12 +605,25 @@ func seekOutcome(s *protocol.SeekStatus) ([]subflowv1.SeekPosition, []subflowv1.
 // most this many items.
 const maxSeekPartitions = 1024
 
-func seekFailure(s *protocol.SeekStatus) string {
-	reason := s.Reason
-	if reason == "" {
-		reason = subflowv1.ReasonSeekFailed
-	}
-	return reason + ": " + s.Error
+// seekFailure is why a seek failed: the executor's reason (one of the protocol's seek reasons,
+// or SeekFailed when it gave none), which becomes SeekCompleted's reason, and its error.
+type seekFailure struct {
+	reason string
+	err    string
+}
+
+func agentSeekFailure(s *protocol.SeekStatus) seekFailure {
+	return seekFailure{reason: cmp.Or(s.Reason, subflowv1.ReasonSeekFailed), err: s.Error}
+}
+
+// message is the failure as status.seek.message records it: "Reason: error".
+func (f seekFailure) message() string { return f.reason + ": " + f.err }
+
+// recordedSeekFailure reads back the failure message recorded. A seek completed in an earlier
+// reconcile is kept as status holds it, and status.seek holds its reason only there.
+func recordedSeekFailure(seek *subflowv1.SeekStatus) seekFailure {
+	reason, err, _ := strings.Cut(seek.Message, ":")
+	return seekFailure{reason: reason, err: strings.TrimPrefix(err, " ")}
 }
 
 func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.SubscriptionFlow, obs observation) {
@@ -632,12 +646,11 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 				"To finish, seek them under a new id: kubectl subflow seek %s --retry",
 				seek.ID, seek.Executor, describePositions(seek.Positions), describeFailures(seek.FailedPartitions), flow.Name))
 	case seek.CompletionTime != nil:
-		reason, _, _ := strings.Cut(seek.Message, ":")
 		message := fmt.Sprintf("Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message)
 		if len(seek.Positions) > 0 {
 			message += "; the cursors moved all the same: " + describePositions(seek.Positions)
 		}
-		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, reason, message)
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, recordedSeekFailure(seek).reason, message)
 	case seek.Executor == "":
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
 			fmt.Sprintf("Seek %s waits for a reachable pod to execute it", seek.ID))

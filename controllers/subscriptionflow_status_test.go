@@ -207,6 +207,40 @@ func TestComputeStatusSeek(t *testing.T) {
 	assertCondition(t, st, subflowv1.ConditionSeekCompleted, "False/SeekPending")
 }
 
+// A failed seek's SeekCompleted reason is the executor's, and stays so at every later reconcile,
+// also once the seek was dropped from the spec and added back (status.seek is all that is left
+// of it then); an executor that gave no reason fails it with SeekFailed.
+func TestFailedSeekKeepsTheExecutorsReason(t *testing.T) {
+	index := int64(42)
+	for agentReason, want := range map[string]string{
+		protocol.SeekTimedOut:                 "SeekTimedOut",
+		protocol.SeekNoConsumer:               "NoConsumer",
+		subflowv1.ReasonIndexMetadataDisabled: "IndexMetadataDisabled",
+		subflowv1.ReasonSeekFailed:            "SeekFailed",
+		"":                                    "SeekFailed",
+	} {
+		flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
+		failed := agentAnswer(protocol.Paused)
+		failed.Seek = &protocol.SeekStatus{ID: "s1", State: protocol.SeekFailed, Reason: agentReason, Error: "it broke: at 10:00"}
+		obs := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 1, Executor: "a",
+			Outcomes: []podOutcome{{Pod: "a", Status: failed}}, Now: time.Now()}
+		flow.Status = computeStatus(flow, obs)
+		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/"+want)
+		if got, wantMessage := flow.Status.Seek.Message, want+": it broke: at 10:00"; got != wantMessage {
+			t.Errorf("status.seek.message %q, want %q", got, wantMessage)
+		}
+		later := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 2, Now: time.Now()}
+		flow.Status = computeStatus(flow, later)
+		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/"+want)
+		seek := flow.Spec.Seek
+		flow.Spec.Seek = nil
+		flow.Status = computeStatus(flow, later)
+		flow.Spec.Seek = seek
+		flow.Status = computeStatus(flow, later)
+		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/"+want)
+	}
+}
+
 // The seek s1 ran to index 42; the spec drops it, and later names s1 with index 43 (which
 // admission cannot compare): the condition says it does not run again and what to do, and no
 // agent is asked to execute it.

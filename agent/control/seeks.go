@@ -102,7 +102,7 @@ func (b *seekBook) take(uid string, req *protocol.SeekRequest, consumers int, no
 	case req.Execute && !rec.executor && !rec.settled:
 		rec.executor = true
 		if consumers == 0 {
-			rec.status = failed(req.ID, "NoConsumer", "no consumer in this pod matches the flow's subscription and topic")
+			rec.status = failed(req.ID, protocol.SeekNoConsumer, "no consumer in this pod matches the flow's subscription and topic")
 		} else {
 			rec.status.State = protocol.SeekRunning
 			action.run = rec
@@ -178,7 +178,7 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer Consu
 	case errors.Is(err, agent.ErrIndexMetadataDisabled):
 		status = failed(seek.ID, "IndexMetadataDisabled", err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		status = failed(seek.ID, "SeekTimedOut", err.Error())
+		status = failed(seek.ID, protocol.SeekTimedOut, err.Error())
 	default:
 		status = failed(seek.ID, "SeekFailed", err.Error())
 	}

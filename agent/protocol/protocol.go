@@ -351,8 +351,16 @@ type SeekStatus struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// SeekPartiallyApplied is the Reason of a failed seek that moved some partitions and not others.
-const SeekPartiallyApplied = "SeekPartiallyApplied"
+// Reasons of a failed seek (SeekStatus.Reason); the controller makes them SeekCompleted's reason.
+const (
+	// SeekPartiallyApplied is the Reason of a failed seek that moved some partitions and not others.
+	SeekPartiallyApplied = "SeekPartiallyApplied"
+	// SeekTimedOut is the Reason of a seek that did not finish within its deadline.
+	SeekTimedOut = "SeekTimedOut"
+	// SeekNoConsumer is the Reason of a seek whose executor has no consumer of the flow's
+	// subscription and topic to seek.
+	SeekNoConsumer = "NoConsumer"
+)
 
 // PartitionFailure is a partition whose cursor a seek did not move.
 type PartitionFailure struct {

@@ -70,7 +70,9 @@ const (
 	ReasonSeekSucceeded = "SeekSucceeded"
 	// ReasonSeekPending (SeekCompleted=False): the seek has not run yet.
 	ReasonSeekPending = "SeekPending"
-	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error.
+	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error. When it gave a
+	// reason of its own - IndexMetadataDisabled, or one of agent/protocol's seek reasons
+	// (SeekTimedOut, NoConsumer) - SeekCompleted has that reason instead.
 	ReasonSeekFailed = "SeekFailed"
 	// ReasonSeekPartiallyApplied (SeekCompleted=False): a partitioned seek moved some
 	// partitions' cursors and not the others (status.seek.failedPartitions).
