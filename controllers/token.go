@@ -16,10 +16,11 @@ import (
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
-// DefaultTokenSecret is the Secret holding the agents' bearer token when a flow names none.
+// DefaultTokenSecret and DefaultTokenKey hold the agents' bearer token when a flow names none
+// (declared with the API: the webhook mounts them too).
 const (
-	DefaultTokenSecret = "subflow-agent-token"
-	DefaultTokenKey    = "token"
+	DefaultTokenSecret = subflowv1.DefaultTokenSecret
+	DefaultTokenKey    = subflowv1.DefaultTokenKey
 )
 
 func tokenRef(flow *subflowv1.SubscriptionFlow) (name, key string) {

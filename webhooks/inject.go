@@ -13,7 +13,6 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/controllers"
 )
 
 // The pod's opt-in and its outcome (docs/onboarding.md).
@@ -66,8 +65,8 @@ const (
 // What injection adds. The token paths are the ones README's hand wiring uses.
 const (
 	TokenVolume    = "subflow-token"
-	TokenSecret    = controllers.DefaultTokenSecret
-	TokenKey       = controllers.DefaultTokenKey
+	TokenSecret    = subflowv1.DefaultTokenSecret
+	TokenKey       = subflowv1.DefaultTokenKey
 	TokenDir       = "/var/run/subflow"
 	PodNameEnv     = "POD_NAME"
 	AdminVolume    = "subflow-admin-credentials"

@@ -25,7 +25,6 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/protocol"
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
-	"github.com/subflow-dev/subflow/controllers"
 	"github.com/subflow-dev/subflow/internal/testing/podsim"
 	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testing/testenv"
@@ -252,7 +251,7 @@ func runAsKubelet(t *testing.T, root string, pod *corev1.Pod) {
 		}
 		var secret corev1.Secret
 		key := client.ObjectKey{Namespace: pod.Namespace, Name: v.Secret.SecretName}
-		if v.Secret.Optional != nil && *v.Secret.Optional && v.Secret.SecretName != controllers.DefaultTokenSecret {
+		if v.Secret.Optional != nil && *v.Secret.Optional && v.Secret.SecretName != subflowv1.DefaultTokenSecret {
 			if err := k8s.Get(context.Background(), key, &secret); err != nil {
 				continue
 			}

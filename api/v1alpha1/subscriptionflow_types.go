@@ -74,6 +74,14 @@ const MaxWindowDuration = 7 * 24 * time.Hour
 // MaxHolders bounds status.heldBy, and so the pods one flow can drive.
 const MaxHolders = 10000
 
+// The agents' bearer token when spec.agent.tokenSecretRef names none: this Secret of the flow's
+// namespace, which the controller creates with a random token when it is missing and the
+// webhook mounts into the pods it wires, and this key of it.
+const (
+	DefaultTokenSecret = "subflow-agent-token"
+	DefaultTokenKey    = "token"
+)
+
 // SubscriptionFlowSpec is the desired flow of one Pulsar subscription in the selected pods.
 // +kubebuilder:validation:XValidation:rule="!has(self.pauseWhen) || self.pauseWhen.all(c, !has(c.backlog) || c.backlog.subscription != self.subscription)",message="a backlog condition reads another subscription than the flow's own: pausing would grow the backlog that keeps it paused"
 // +kubebuilder:validation:XValidation:rule="!has(self.seek) || !has(self.seek.partitions) || (has(self.topic) && size(self.topic) > 0)",message="seek.partitions needs spec.topic: partitions belong to one partitioned topic"
