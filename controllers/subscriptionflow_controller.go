@@ -70,7 +70,6 @@ const (
 	// (100 flows x 10 pods: every agent Paused p50 -30%, every flow reported Paused p99 +7%,
 	// docs/fleet-scale-findings.md).
 	DefaultMaxConcurrentStatusWrites = 4
-	eventActionReconcile             = "Reconcile"
 )
 
 // SubscriptionFlowReconciler reconciles SubscriptionFlow objects.
@@ -289,106 +288,8 @@ func nextRevision(flow *subflowv1.SubscriptionFlow, eff Effective) int64 {
 }
 
 func desiredRequest(flow *subflowv1.SubscriptionFlow, eff Effective, revision int64, execute bool) protocol.FlowRequest {
-	req := protocol.FlowRequest{UID: string(flow.UID), Revision: revision, Subscription: flow.Spec.Subscription,
-		Topic: flow.Spec.Topic, State: protocol.State(eff.State)}
-	if seek := flow.Spec.Seek; seek != nil {
-		req.Seek = &protocol.SeekRequest{ID: seek.ID, Index: seek.Index, Execute: execute && !seekFinished(flow),
-			Succeeded: seekSucceeded(flow), MovedPartitions: seekMovedOnly(flow)}
-		for _, p := range seek.Partitions {
-			req.Seek.Partitions = append(req.Seek.Partitions, protocol.PartitionIndex{Partition: p.Partition, Index: p.Index})
-		}
-		if req.Seek.Succeeded || len(req.Seek.MovedPartitions) > 0 {
-			// Where the cursors moved: the other agents filter what precedes a target in its entry.
-			for _, p := range flow.Status.Seek.Positions {
-				req.Seek.Positions = append(req.Seek.Positions, protocol.SeekPosition{Partition: p.Partition, Index: p.Index,
-					MessageID: p.MessageID, Cursor: p.Cursor})
-			}
-		}
-	}
-	return req
-}
-
-func seekFinished(flow *subflowv1.SubscriptionFlow) bool {
-	old := flow.Status.Seek
-	return flow.Spec.Seek != nil && old != nil && old.ID == flow.Spec.Seek.ID && old.CompletionTime != nil
-}
-
-// seekSucceeded tells agents that the current seek moved the cursors, so that they drop what
-// they held from before it; after a failure nothing is dropped.
-func seekSucceeded(flow *subflowv1.SubscriptionFlow) bool {
-	return seekFinished(flow) && flow.Status.Seek.Message == ""
-}
-
-// seekMovedOnly lists the partitions a failed seek moved all the same, so that agents drop
-// what they held of those from before it; nil when it succeeded (Succeeded says so) or moved
-// nothing.
-func seekMovedOnly(flow *subflowv1.SubscriptionFlow) []int32 {
-	if !seekFinished(flow) || flow.Status.Seek.Message == "" {
-		return nil
-	}
-	var moved []int32
-	for _, p := range flow.Status.Seek.Positions {
-		moved = append(moved, p.Partition)
-	}
-	return moved
-}
-
-// seekRunning reports whether the executor is still working on the current seek.
-func seekRunning(obs observation) bool {
-	for _, o := range obs.Outcomes {
-		if o.Pod == obs.Executor && o.Status != nil && o.Status.Seek != nil && o.Status.Seek.State == protocol.SeekRunning {
-			return true
-		}
-	}
-	return false
-}
-
-// keptExecutor returns the executor already chosen for the current seek if its pod is still
-// matched and addressable; empty means one must be chosen.
-func keptExecutor(flow *subflowv1.SubscriptionFlow, pods []*corev1.Pod) string {
-	old := flow.Status.Seek
-	if flow.Spec.Seek == nil || old == nil || old.ID != flow.Spec.Seek.ID || old.Executor == "" {
-		return ""
-	}
-	if old.CompletionTime != nil {
-		return old.Executor
-	}
-	for _, pod := range pods {
-		if pod.Name == old.Executor && pod.Status.PodIP != "" {
-			return old.Executor
-		}
-	}
-	return ""
-}
-
-// startSeekIfPending chooses an executor for a pending seek (seekExecutor) and pushes the
-// request with execute set to it.
-func (r *SubscriptionFlowReconciler) startSeekIfPending(ctx context.Context, flow *subflowv1.SubscriptionFlow,
-	pods []*corev1.Pod, target func(*corev1.Pod) AgentTarget, obs *observation) {
-	if flow.Spec.Seek == nil || seekFinished(flow) || obs.Executor != "" {
-		return
-	}
-	if i := seekExecutor(obs.Outcomes); i >= 0 {
-		obs.Executor = obs.Outcomes[i].Pod
-		obs.Outcomes[i] = r.pushOne(ctx, target(pods[i]), desiredRequest(flow, obs.Effective, obs.Revision, true))
-	}
-}
-
-// seekExecutor picks the pod that executes a seek: the first, by name, that reported a
-// consumer of the flow, an agent before a sidecar (the agent's seek is the exact one: it
-// parks its consumer and filters inside batch entries, docs/sidecar.md); -1 when none did.
-func seekExecutor(outcomes []podOutcome) int {
-	sidecar := -1
-	for i, o := range outcomes {
-		switch {
-		case o.Status == nil || len(o.Status.Consumers) == 0:
-		case o.Status.Kind != protocol.KindSidecar:
-			return i
-		case sidecar < 0:
-			sidecar = i
-		}
-	}
-	return sidecar
+	return protocol.FlowRequest{UID: string(flow.UID), Revision: revision, Subscription: flow.Spec.Subscription,
+		Topic: flow.Spec.Topic, State: protocol.State(eff.State), Seek: seekRequest(flow, execute)}
 }
 
 // orphanedRules returns the UIDs of the rules holding consumers whose flow no longer exists
@@ -566,81 +467,6 @@ func (r *SubscriptionFlowReconciler) releaseAgents(ctx context.Context, flow *su
 		failed = append(failed, f.String())
 	}
 	return failed, nil
-}
-
-// emitEvents records paired events for transitions between the old and new status.
-func (r *SubscriptionFlowReconciler) emitEvents(old, flow *subflowv1.SubscriptionFlow) {
-	wasPaused := meta.IsStatusConditionTrue(old.Status.Conditions, subflowv1.ConditionPaused)
-	paused := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionPaused)
-	switch {
-	case paused != nil && paused.Status == metav1.ConditionTrue && !wasPaused:
-		r.event(flow, corev1.EventTypeNormal, "Paused", "%s", paused.Message)
-	case paused != nil && paused.Reason == subflowv1.ReasonRunning && wasPaused:
-		r.event(flow, corev1.EventTypeNormal, "Resumed", "Consumers running again at revision %d", flow.Status.Revision)
-	}
-	ready := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionReady)
-	oldReady := meta.FindStatusCondition(old.Status.Conditions, subflowv1.ConditionReady)
-	if ready != nil && ready.Status == metav1.ConditionFalse && (oldReady == nil || oldReady.Reason != ready.Reason) {
-		switch ready.Reason {
-		case subflowv1.ReasonAgentsUnreachable:
-			r.event(flow, corev1.EventTypeWarning, "AgentUnreachable", "%s", ready.Message)
-		case subflowv1.ReasonAgentAuthFailed, subflowv1.ReasonAgentTooOld, subflowv1.ReasonTooManyFlows:
-			r.event(flow, corev1.EventTypeWarning, ready.Reason, "%s", ready.Message)
-		}
-	}
-	r.emitBacklogEvents(old, flow)
-	if note, ok := keySharedStall(ready); ok {
-		if _, was := keySharedStall(oldReady); !was {
-			r.event(flow, corev1.EventTypeWarning, "KeySharedStalled", "%s", note)
-		}
-	}
-	if seek := flow.Status.Seek; seek != nil && seek.CompletionTime != nil &&
-		(old.Status.Seek == nil || old.Status.Seek.ID != seek.ID || old.Status.Seek.CompletionTime == nil) {
-		cond := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionSeekCompleted)
-		switch {
-		case seek.Message == "":
-			r.event(flow, corev1.EventTypeNormal, "SeekCompleted", "Seek %s executed by %s: %s", seek.ID, seek.Executor, describePositions(seek.Positions))
-		case cond != nil && cond.Reason == subflowv1.ReasonSeekPartiallyApplied:
-			r.event(flow, corev1.EventTypeWarning, cond.Reason, "%s", cond.Message)
-		default:
-			r.event(flow, corev1.EventTypeWarning, "SeekFailed", "Seek %s failed on %s: %s", seek.ID, seek.Executor, seek.Message)
-		}
-	}
-}
-
-// emitBacklogEvents warns when waiting messages become at risk, and says when they no longer are.
-func (r *SubscriptionFlowReconciler) emitBacklogEvents(old, flow *subflowv1.SubscriptionFlow) {
-	was := meta.IsStatusConditionTrue(old.Status.Conditions, subflowv1.ConditionBacklogAtRisk)
-	now := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionBacklogAtRisk)
-	switch {
-	case now != nil && now.Status == metav1.ConditionTrue && !was:
-		r.event(flow, corev1.EventTypeWarning, "BacklogAtRisk", "%s", now.Message)
-	case now != nil && now.Status == metav1.ConditionFalse && was:
-		r.event(flow, corev1.EventTypeNormal, "BacklogSafe", "%s", now.Message)
-	}
-}
-
-// keySharedStall returns the Key_Shared stall note that ends Ready's message, if there is one.
-func keySharedStall(ready *metav1.Condition) (string, bool) {
-	if ready == nil {
-		return "", false
-	}
-	i := strings.Index(ready.Message, keySharedStallNote)
-	if i < 0 {
-		return "", false
-	}
-	return ready.Message[i:], true
-}
-
-// maxEventNote is the API server's limit on an event's note.
-const maxEventNote = 1024
-
-func (r *SubscriptionFlowReconciler) event(flow *subflowv1.SubscriptionFlow, eventType, reason, note string, args ...any) {
-	if r.Recorder == nil {
-		return
-	}
-	text := clip(fmt.Sprintf(note, args...), maxEventNote) // on a rune boundary: the API refuses invalid UTF-8
-	r.Recorder.Eventf(flow, nil, eventType, reason, eventActionReconcile, "%s", text)
 }
 
 // SetupWithManager registers the reconciler: flows, and pods mapped to the flows selecting them.
