@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/subflow-dev/subflow/agent/protocol"
+	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 )
 
 // A pod whose agent fails is pushed to once per step, 1 s doubling, by all the flows selecting
@@ -90,6 +93,23 @@ func TestAgentBroken(t *testing.T) {
 	} {
 		if got := agentBroken(err); got != want {
 			t.Errorf("%v: broken = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// A flow with a held pod comes back when the pod's step ends, as the pushes' wall clock tells
+// it, whatever the flow's own retry delay; never sooner than a millisecond.
+func TestRequeueComesBackWhenAHeldPodMayBePushedAgain(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := &SubscriptionFlowReconciler{Resync: time.Hour, wall: clocktesting.NewFakePassiveClock(now)}
+	flow := &subflowv1.SubscriptionFlow{}
+	for range 8 { // backed off to a minute
+		r.memory.nextRetry(flowKey(flow))
+	}
+	for held, want := range map[time.Duration]time.Duration{3 * time.Second: 3 * time.Second, -time.Second: time.Millisecond} {
+		got := r.requeue(flow, observation{HeldUntil: now.Add(held), Now: now})
+		if got.RequeueAfter != want {
+			t.Errorf("pod held until %s from now: requeue after %s, want %s", held, got.RequeueAfter, want)
 		}
 	}
 }

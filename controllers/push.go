@@ -35,7 +35,7 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 	ctx = context.WithoutCancel(ctx) // a push may outlive its reconcile; the agent client bounds it
 	waiting := map[int]pushKey{}
 	matched := make(map[string]bool, len(pods))
-	now := time.Now()
+	now := r.wallClock().Now()
 	for i := range pods {
 		outcomes[i].Pod = pods[i].Name
 		t := target(pods[i])
@@ -71,7 +71,7 @@ func (r *SubscriptionFlowReconciler) pushAll(ctx context.Context, flow types.Nam
 		go func() {
 			for job := range jobs {
 				outcome := r.pushOne(ctx, job.target, job.req)
-				if r.memory.finish(job.key, job.subject, outcome, settledAnswer(job.req, outcome), time.Now()) {
+				if r.memory.finish(job.key, job.subject, outcome, settledAnswer(job.req, outcome), r.wallClock().Now()) {
 					r.wake(flow)
 				}
 				answered <- job.i
@@ -128,9 +128,9 @@ type pushJob struct {
 
 // pushOne pushes one request and records how it went.
 func (r *SubscriptionFlowReconciler) pushOne(ctx context.Context, t AgentTarget, req protocol.FlowRequest) podOutcome {
-	start := time.Now()
+	start := r.wallClock().Now()
 	status, previousToken, err := withTokens(t, func(t AgentTarget) (protocol.FlowStatus, error) { return r.Agents.PutFlow(ctx, t, req) })
-	pushDuration.Observe(time.Since(start).Seconds())
+	pushDuration.Observe(r.wallClock().Since(start).Seconds())
 	if err != nil {
 		pushErrors.WithLabelValues(pushErrorReason(err)).Inc()
 		// A pod that names no agent port is told by wiringProblems, from the pod.

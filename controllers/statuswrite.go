@@ -62,7 +62,7 @@ func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, fl
 				r.reconcileAgain(ctx, key, 0)
 			}
 		case err == nil:
-			if r.memory.wrote(key, append(seen, stored.ResourceVersion), time.Now()) {
+			if r.memory.wrote(key, append(seen, stored.ResourceVersion), r.wallClock().Now()) {
 				r.reconcileAgain(ctx, key, 0)
 			}
 			r.emitEvents(stored, flow)

@@ -77,8 +77,8 @@ type SubscriptionFlowReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
 	Agents AgentClient
-	// Clock tells the time written into status and read against windows and override expiry;
-	// tests move a fake one.
+	// Clock tells the time written into status and read against windows, override expiry and
+	// pause conditions; tests move a fake one.
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	// Resync is the periodic fallback push; watches on flows and pods are the main path.
@@ -104,15 +104,28 @@ type SubscriptionFlowReconciler struct {
 	// objects through the API server when it is nil (and without Prometheus).
 	Conditions *Conditions
 
+	tokens tokenBook
 	// memory is what this process keeps between reconciles, per flow and per pod (memory.go).
 	memory memory
-	tokens tokenBook
+	// wall times the process's own waits: a pod's backoff step, how long a settled answer is
+	// reused, how long a reconcile waits for the cache to show a status write, a push's
+	// duration. They pair with the work queue's delays and timers, which run on the wall clock,
+	// so they are not Clock's: the tests' Clock stands still and jumps by hours, which would hold
+	// a pod back for good or lift every hold at once. The real clock unless a test sets one.
+	wall clock.PassiveClock
 	// statusWrites bounds the status writes in flight (writeStatus).
 	statusWrites statusWriters
 	// podIndex is the manager's pod cache, read in place (namespacePods).
 	podIndex toolscache.Indexer
 	// lateAnswers requeues a flow when a push that outlived its reconcile ends.
 	lateAnswers chan event.GenericEvent
+}
+
+func (r *SubscriptionFlowReconciler) wallClock() clock.PassiveClock {
+	if r.wall != nil {
+		return r.wall
+	}
+	return clock.RealClock{}
 }
 
 func (r *SubscriptionFlowReconciler) parallelism() int {
@@ -149,7 +162,7 @@ func (r *SubscriptionFlowReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if r.memory.deferToWrite(req.NamespacedName) {
 		return ctrl.Result{}, nil // the write's end reconciles the flow again
 	}
-	if r.memory.stale(req.NamespacedName, flow.ResourceVersion, time.Now()) {
+	if r.memory.stale(req.NamespacedName, flow.ResourceVersion, r.wallClock().Now()) {
 		return ctrl.Result{RequeueAfter: cacheRecheck}, nil
 	}
 	if !flow.DeletionTimestamp.IsZero() {
@@ -353,7 +366,7 @@ func (r *SubscriptionFlowReconciler) requeue(flow *subflowv1.SubscriptionFlow, o
 		after = r.memory.nextRetry(flowKey(flow))
 	}
 	if !obs.HeldUntil.IsZero() {
-		after = min(after, max(time.Until(obs.HeldUntil), time.Millisecond)) // the pushes' clock: wall time
+		after = min(after, max(obs.HeldUntil.Sub(r.wallClock().Now()), time.Millisecond)) // the pushes' clock
 	}
 	if refresh := r.refreshAfter(flow, len(obs.Outcomes)); refresh > 0 {
 		after = min(after, refresh)
