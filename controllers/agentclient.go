@@ -46,8 +46,8 @@ const agentIdlePool = 2048
 
 // wantPooled tells whether the pushes to a flow of this many pods should keep their
 // connections. A larger flow's pushes dial afresh anyway, and keeping their connections only
-// churned the pool and held its memory: closing them took 7-11% off the controller's peak
-// memory when pausing 10 000 agents (docs/fleet-scale-findings.md).
+// churned the pool and held its memory: closing them lowered the controller's peak memory when
+// pausing 10 000 agents (BENCHMARKS.md, BenchmarkFleetPause; docs/fleet-scale-findings.md).
 func wantPooled(pods int) bool { return pods <= agentIdlePool }
 
 func (t AgentTarget) flowURL() string {
@@ -135,8 +135,9 @@ func NewHTTPAgentClient(timeout time.Duration, tlsConfig *tls.Config) *HTTPAgent
 	transport.MaxIdleConnsPerHost = 4
 	transport.MaxIdleConns = agentIdlePool
 	// Requests and answers are a few KiB at most, and in a fleet larger than the idle pool most
-	// pushes dial afresh: the 4 KiB default buffers of each new connection were a third of all
-	// the bytes the controller allocated when pausing 10 000 agents (fleet findings).
+	// pushes dial afresh: the 4 KiB default buffers of each new connection were a large share of
+	// the bytes the controller allocated when pausing 10 000 agents (BENCHMARKS.md,
+	// BenchmarkFleetPause; docs/fleet-scale-findings.md).
 	transport.ReadBufferSize = agentBufferSize
 	transport.WriteBufferSize = agentBufferSize
 	transport.Proxy = nil // pod IPs are never reached through a proxy

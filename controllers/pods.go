@@ -42,9 +42,10 @@ func (r *SubscriptionFlowReconciler) matchedPods(ctx context.Context, flow *subf
 
 // namespacePods reads the namespace's cached pods in place from the manager's pod informer
 // (podIndex). A list through the client copies every Pod struct into a new slice, which for
-// a flow of 10 000 pods was 12 MB held through the flow's pushes, and twice that in the
-// collector's headroom (docs/fleet-scale-findings.md). A reconciler run without a manager
-// (a benchmark), or with a cache of one informer per namespace, lists through the client.
+// a flow of 10 000 pods was held through the flow's pushes, and again in the collector's
+// headroom (BENCHMARKS.md, BenchmarkFleetPause; docs/fleet-scale-findings.md). A reconciler
+// run without a manager (a benchmark), or with a cache of one informer per namespace, lists
+// through the client.
 func (r *SubscriptionFlowReconciler) namespacePods(ctx context.Context, namespace string) ([]*corev1.Pod, error) {
 	if r.podIndex == nil {
 		var list corev1.PodList

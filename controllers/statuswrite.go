@@ -33,8 +33,9 @@ func (w *statusWriters) get(n int) chan struct{} {
 }
 
 // writeStatus stores the status a reconcile computed, off the worker: the worker goes on to
-// the next flow's pushes instead of waiting for this flow's write (at 100 flows x 10 pods the
-// last flows' pushes queued behind the first flows' status writes: docs/fleet-scale-findings.md).
+// the next flow's pushes instead of waiting for this flow's write (with 100 flows of 10 pods
+// changed at once the last flows' pushes queued behind the first flows' status writes:
+// BENCHMARKS.md, BenchmarkFleetPause; docs/fleet-scale-findings.md).
 // The write carries the resourceVersion read, as before: one computed from a copy that is no
 // longer the stored one (another controller wrote) is refused, so revision and
 // observedGeneration never go back, and a transition is announced only by the write that stored
@@ -86,8 +87,8 @@ func (r *SubscriptionFlowReconciler) writeStatus(ctx context.Context, stored, fl
 // statusChanged reports whether a computed status differs from the stored one as the API
 // server stores it: their JSON, in which times are kept to the second. A time kept to the
 // nanosecond in memory (a condition's since) made every reconcile a write that stored nothing,
-// and for cacheWait after each the flow waited for a cache with nothing newer to show: a pause
-// by condition came 2 s late in 3 rounds of 20 (BenchmarkConditionPause).
+// and for cacheWait after each the flow waited for a cache with nothing newer to show: some
+// pauses by condition came cacheWait late (BENCHMARKS.md, BenchmarkConditionPause).
 func statusChanged(stored, computed subflowv1.SubscriptionFlowStatus) bool {
 	a, errStored := json.Marshal(stored)
 	b, errComputed := json.Marshal(computed)

@@ -67,8 +67,7 @@ const (
 	// DefaultMaxConcurrentStatusWrites bounds the status writes in flight, below the workers:
 	// when many flows change at once, a saturated API server then answers the input and the
 	// token reads first, so the pushes that halt consumers come before the reports of them
-	// (100 flows x 10 pods: every agent Paused p50 -30%, every flow reported Paused p99 +7%,
-	// docs/fleet-scale-findings.md).
+	// (BENCHMARKS.md, BenchmarkFleetPause at 100 flows x 10 pods; docs/fleet-scale-findings.md).
 	DefaultMaxConcurrentStatusWrites = 4
 )
 

@@ -11,7 +11,8 @@ import (
 // still hold after it wrote the flow's status: the ones read before the write. A reconcile that
 // starts from one of them would push an old revision and have its status write refused, so it
 // is put back on the queue for a moment instead. The flow's worker is not held while the cache
-// catches up (polling held it for a noticeable share of each reconcile: docs/fleet-scale-findings.md).
+// catches up (polling held it for a share of every reconcile: BENCHMARKS.md, BenchmarkFleetPause;
+// docs/fleet-scale-findings.md).
 
 // staleVersions are the versions of one flow's cached copy older than this process's last
 // status write of it.
