@@ -51,10 +51,10 @@ func TestIntegrationStatusStaysWritableWithAThousandFailingAgents(t *testing.T) 
 	flow := newFlow(ns, "flow", "", subflowv1.StatePaused)
 	create(t, flow)
 	// On a loaded machine a status can first be written while pushes are still in flight
-	// ("no answer yet"); the one to check is written once every agent has answered.
+	// ("no answer within 200ms"); the one to check is written once every agent has answered.
 	got := waitFlow(t, flow, "a status with every pod's answer", func(f *subflowv1.SubscriptionFlow) bool {
 		return current(f) && f.Status.Pods.Matched == pods && condition(f, subflowv1.ConditionReady) != nil &&
-			!slices.ContainsFunc(f.Status.Agents, func(a subflowv1.AgentStatus) bool { return strings.Contains(a.Message, "no answer yet") })
+			!slices.ContainsFunc(f.Status.Agents, func(a subflowv1.AgentStatus) bool { return strings.Contains(a.Message, "no answer within") })
 	})
 	ready := condition(got, subflowv1.ConditionReady)
 	if ready.Reason != subflowv1.ReasonAgentsUnreachable || !strings.Contains(ready.Message, "1000 of 1000 agents unreachable") ||
