@@ -176,11 +176,11 @@ func executeSeek(ctx context.Context, seek *protocol.SeekRequest, consumer Consu
 	case errors.Is(err, agent.ErrSeekPartial):
 		status = failed(seek.ID, protocol.SeekPartiallyApplied, err.Error())
 	case errors.Is(err, agent.ErrIndexMetadataDisabled):
-		status = failed(seek.ID, "IndexMetadataDisabled", err.Error())
+		status = failed(seek.ID, protocol.SeekIndexMetadataDisabled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		status = failed(seek.ID, protocol.SeekTimedOut, err.Error())
 	default:
-		status = failed(seek.ID, "SeekFailed", err.Error())
+		status = failed(seek.ID, protocol.SeekError, err.Error())
 	}
 	if result != nil {
 		// The truth whatever the outcome: which cursors moved, and which did not.

@@ -360,6 +360,10 @@ const (
 	// SeekNoConsumer is the Reason of a seek whose executor has no consumer of the flow's
 	// subscription and topic to seek.
 	SeekNoConsumer = "NoConsumer"
+	// SeekIndexMetadataDisabled is the Reason of a seek on a broker that stores no entry index.
+	SeekIndexMetadataDisabled = "IndexMetadataDisabled"
+	// SeekError is the Reason of a seek that failed otherwise; Error says how.
+	SeekError = "SeekFailed"
 )
 
 // PartitionFailure is a partition whose cursor a seek did not move.

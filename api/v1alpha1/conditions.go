@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/subflow-dev/subflow/agent/protocol"
+
 // Condition types of a SubscriptionFlow, with their reasons. Ready is always present; Reconciling
 // and Stalled only while True (kstatus). All have positive polarity unless noted.
 const (
@@ -73,10 +75,10 @@ const (
 	// ReasonSeekFailed (SeekCompleted=False): the executor reported an error. When it gave a
 	// reason of its own - IndexMetadataDisabled, or one of agent/protocol's seek reasons
 	// (SeekTimedOut, NoConsumer) - SeekCompleted has that reason instead.
-	ReasonSeekFailed = "SeekFailed"
+	ReasonSeekFailed = protocol.SeekError
 	// ReasonSeekPartiallyApplied (SeekCompleted=False): a partitioned seek moved some
 	// partitions' cursors and not the others (status.seek.failedPartitions).
-	ReasonSeekPartiallyApplied = "SeekPartiallyApplied"
+	ReasonSeekPartiallyApplied = protocol.SeekPartiallyApplied
 	// ReasonSeekIDReused (SeekCompleted=False): spec.seek names the id of a seek that already
 	// ran with another target; it does not run again.
 	ReasonSeekIDReused = "SeekIDReused"
@@ -92,5 +94,5 @@ const (
 
 	// ReasonIndexMetadataDisabled (SeekCompleted=False): the broker does not store entry indexes;
 	// enable brokerEntryMetadataInterceptors=AppendIndexMetadataInterceptor.
-	ReasonIndexMetadataDisabled = "IndexMetadataDisabled"
+	ReasonIndexMetadataDisabled = protocol.SeekIndexMetadataDisabled
 )
