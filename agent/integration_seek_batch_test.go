@@ -8,7 +8,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testing/testkit"
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 

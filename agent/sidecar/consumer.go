@@ -10,7 +10,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent"
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // The frame gate of one consumer, in one place.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/subflow-dev/subflow/agent/control"
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/testkit"
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // What reading and decoding a frame may allocate: the frame's buffer starts at firstChunk and
@@ -321,7 +321,7 @@ func checkEntry(t *testing.T, payload []byte, e entry, readErr error) {
 }
 
 // messageMetadata is MessageMetadata as PulsarApi.proto declares it, where the sidecar's
-// protocol subset (internal/pulsarpb) leaves fields out: the required fields, the fields the
+// protocol subset (internal/pulsarwire) leaves fields out: the required fields, the fields the
 // gate reads and every sub-message (properties, encryption_keys), so that a decoder checks
 // what the broker's checks.
 var messageMetadata = func() protoreflect.MessageDescriptor {

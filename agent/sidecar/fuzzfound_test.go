@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // Tests of what the fuzz targets found (their inputs are in testdata/fuzz/).

@@ -18,7 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 

@@ -33,7 +33,7 @@ import (
 	"github.com/subflow-dev/subflow/agent/protocol"
 
 	"github.com/subflow-dev/subflow/controllers"
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/podsim"
 	"github.com/subflow-dev/subflow/internal/testing/pulsartest"
 	"github.com/subflow-dev/subflow/internal/testing/testclock"

@@ -22,7 +22,7 @@ import (
 
 	subflowv1 "github.com/subflow-dev/subflow/api/v1alpha1"
 	"github.com/subflow-dev/subflow/controllers"
-	"github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/testclock"
 	"github.com/subflow-dev/subflow/internal/testing/testenv"
 	"github.com/subflow-dev/subflow/internal/testing/testkit"
@@ -153,7 +153,7 @@ func newWorld(cfg Config) (*world, error) {
 	// The recorder keeps the FLOWs the checks read; lookups are rewritten so that the
 	// consumers' topic connections go through it too.
 	if w.wire, err = wirerec.Start(w.broker.serviceURL(), wirerec.Options{RewriteLookups: true,
-		Keep: []pulsarpb.BaseCommand_Type{pulsarpb.BaseCommand_FLOW}, MaxEvents: maxWireEvents}); err != nil {
+		Keep: []pb.BaseCommand_Type{pb.BaseCommand_FLOW}, MaxEvents: maxWireEvents}); err != nil {
 		return w, err
 	}
 	if err := w.broker.createPartitioned("chaos-p", 3); err != nil {

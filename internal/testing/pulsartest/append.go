@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // AppendEntries stores n entries of `messages` messages each (a batch when messages > 1) on a

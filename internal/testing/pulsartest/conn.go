@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // conn is one client connection. Frames are queued by any goroutine and

@@ -14,7 +14,7 @@ import (
 
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 func init() {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 	"github.com/subflow-dev/subflow/internal/testing/testkit"
 )
 

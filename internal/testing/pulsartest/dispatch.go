@@ -3,7 +3,7 @@ package pulsartest
 import (
 	"sync"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // dispatchRoundRobinBatch is dispatcherMaxRoundRobinBatchSize.

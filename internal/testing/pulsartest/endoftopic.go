@@ -3,7 +3,7 @@ package pulsartest
 import (
 	"google.golang.org/protobuf/encoding/protowire"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // REACHED_END_OF_TOPIC tells the consumers of a subscription of a terminated topic that they

@@ -5,7 +5,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // Barrier returns once every command the consumer had handed to its

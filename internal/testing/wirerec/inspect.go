@@ -4,7 +4,7 @@ import (
 	"net"
 	"time"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // decoded lists the commands whose fields the recorder reads; every other

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // Options change how the proxy runs; the zero value forwards every byte

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	pb "github.com/subflow-dev/subflow/internal/pulsarpb"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // Direction says which peer sent a frame.

@@ -11,7 +11,7 @@
 // 	protoc        (unknown)
 // source: wire.proto
 
-package pulsarpb
+package pulsarwire
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -4268,7 +4268,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x06Shared\x10\x00\x12\r\n" +
 	"\tExclusive\x10\x01\x12\x14\n" +
 	"\x10WaitForExclusive\x10\x02\x12\x18\n" +
-	"\x14ExclusiveWithFencing\x10\x03B2Z0github.com/subflow-dev/subflow/internal/pulsarpb"
+	"\x14ExclusiveWithFencing\x10\x03B4Z2github.com/subflow-dev/subflow/internal/pulsarwire"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
