@@ -572,7 +572,7 @@ func (c *conn) clientPong(raw []byte) error {
 // one, the default.
 func (c *conn) clientMaxFrame() int {
 	if n := c.maxMessageSize.Load(); n > 0 {
-		return int(n) + framePadding
+		return int(n) + pb.FramePadding
 	}
 	return DefaultMaxFrameSize
 }

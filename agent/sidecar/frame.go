@@ -3,7 +3,6 @@ package sidecar
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,14 +20,7 @@ import (
 // padding the Java broker's frame decoder allows for the command and metadata
 // (Commands.DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING). Clients take frames of the
 // broker's maxMessageSize plus the same padding.
-const DefaultMaxFrameSize = 5<<20 + framePadding
-
-const framePadding = 10 << 10
-
-const (
-	magicChecksum    = 0x0e01
-	magicBrokerEntry = 0x0e02
-)
+const DefaultMaxFrameSize = pb.DefaultMaxMessageSize + pb.FramePadding
 
 // errBadFrame marks input that is not Pulsar framing: the connection is closed.
 var errBadFrame = errors.New("not a Pulsar frame")
@@ -65,11 +57,10 @@ func (fr frameReader) read(deadline time.Time) (f frame, release func(), err err
 	if err != nil {
 		return frame{}, nil, err
 	}
-	total := binary.BigEndian.Uint32(header)
-	if total < 4 || uint64(total) > uint64(fr.max) {
-		return frame{}, nil, fmt.Errorf("%w: size %d (allowed 4..%d)", errBadFrame, total, fr.max)
+	size, err := pb.FrameSize(header, fr.max)
+	if err != nil {
+		return frame{}, nil, fmt.Errorf("%w: %w", errBadFrame, err)
 	}
-	size := 4 + int(total)
 	release = func() {}
 	if fr.budget != nil && size > firstChunk {
 		ctx, cancel := fr.life, context.CancelFunc(func() {})
@@ -79,7 +70,7 @@ func (fr frameReader) read(deadline time.Time) (f frame, release func(), err err
 		err := fr.budget.Acquire(ctx, int64(size))
 		cancel()
 		if err != nil {
-			return frame{}, nil, fmt.Errorf("waiting for memory for a frame of %d bytes: %w", total, err)
+			return frame{}, nil, fmt.Errorf("waiting for memory for a frame of %d bytes: %w", size-4, err)
 		}
 		release = func() { fr.budget.Release(int64(size)) }
 	}
@@ -120,17 +111,15 @@ func readGrowing(r *bufio.Reader, size int) ([]byte, error) {
 }
 
 func parseFrame(raw []byte) (frame, error) {
-	cmdSize := binary.BigEndian.Uint32(raw[4:])
-	if uint64(cmdSize)+8 > uint64(len(raw)) {
-		return frame{}, fmt.Errorf("%w: command of %d bytes in a frame of %d", errBadFrame, cmdSize, len(raw))
-	}
-	f := frame{raw: raw, cmd: raw[8 : 8+cmdSize], payload: raw[8+cmdSize:]}
-	typ, err := commandType(f.cmd)
+	cmd, payload, err := pb.SplitFrame(raw)
 	if err != nil {
 		return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
-	f.typ = typ
-	return f, nil
+	typ, err := commandType(cmd)
+	if err != nil {
+		return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	return frame{raw: raw, typ: typ, cmd: cmd, payload: payload}, nil
 }
 
 // The gate must read every command as the broker does, or a client could pass it a FLOW or a
@@ -146,7 +135,7 @@ func commandType(cmd []byte) (pb.BaseCommand_Type, error) {
 	var typ pb.BaseCommand_Type
 	typed, own := false, protowire.Number(0)
 	for len(cmd) > 0 {
-		num, wt, value, rest, err := consumeField(cmd)
+		num, wt, value, rest, err := pb.ConsumeField(cmd)
 		if err != nil {
 			return 0, err
 		}
@@ -179,20 +168,6 @@ const maxCommandField = 68
 
 const fieldCommandType = 1
 
-// consumeField splits the first field off an encoded message: its number, wire type and
-// encoded value (tag excluded).
-func consumeField(b []byte) (protowire.Number, protowire.Type, []byte, []byte, error) {
-	num, wt, n := protowire.ConsumeTag(b)
-	if n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	b = b[n:]
-	if n = protowire.ConsumeFieldValue(num, wt, b); n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	return num, wt, b[:n], b[n:], nil
-}
-
 var baseCommand = (*pb.BaseCommand)(nil).ProtoReflect().Descriptor()
 
 // maxNesting bounds how deep checkSubMessagesOnce follows sub-messages; Pulsar's commands
@@ -207,7 +182,7 @@ func checkSubMessagesOnce(b []byte, md protoreflect.MessageDescriptor, depth int
 	}
 	var seen uint64 // by field number below 64, which is every sub-message field of the protocol
 	for len(b) > 0 {
-		num, wt, value, rest, err := consumeField(b)
+		num, wt, value, rest, err := pb.ConsumeField(b)
 		if err != nil {
 			return err
 		}
@@ -235,7 +210,7 @@ func checkSubMessagesOnce(b []byte, md protoreflect.MessageDescriptor, depth int
 
 // decodeOptions accept commands that miss required fields: the broker judges them, the
 // sidecar only reads what it needs. Unknown fields are kept, so a command re-encoded after a
-// change keeps every field the client set.
+// change keeps every field the client set (pb.AppendFrame encodes so too).
 var (
 	decodeOptions = proto.UnmarshalOptions{AllowPartial: true}
 	encodeOptions = proto.MarshalOptions{AllowPartial: true}
@@ -253,15 +228,7 @@ func (f frame) decode() (*pb.BaseCommand, error) {
 }
 
 // encodeCommand frames a command without payload.
-func encodeCommand(cmd *pb.BaseCommand) []byte {
-	body, err := encodeOptions.Marshal(cmd)
-	if err != nil {
-		panic(fmt.Sprintf("sidecar: encoding %v: %v", cmd.GetType(), err)) // our own, or decoded with AllowPartial
-	}
-	out := binary.BigEndian.AppendUint32(make([]byte, 0, 8+len(body)), uint32(4+len(body)))
-	out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
-	return append(out, body...)
-}
+func encodeCommand(cmd *pb.BaseCommand) []byte { return pb.AppendFrame(nil, cmd) }
 
 func flowCommand(consumerID uint64, permits uint32) []byte {
 	return encodeCommand(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(),
@@ -326,7 +293,7 @@ var (
 func (r *decodeRules) check(msg []byte) error {
 	var given uint64 // bit i: required[i]
 	for len(msg) > 0 {
-		num, wt, value, rest, err := consumeField(msg)
+		num, wt, value, rest, err := pb.ConsumeField(msg)
 		if err != nil {
 			return err
 		}
@@ -372,7 +339,7 @@ func (e entry) lastChunk() bool { return e.chunkID == e.numChunks-1 }
 // checksum sections. Metadata the broker's decoder refuses (metadataRules) counts, as the
 // broker counts it, as one unchunked message, whatever its fields say.
 func readEntry(payload []byte) (entry, error) {
-	meta, err := metadataOf(payload)
+	_, meta, _, err := pb.SplitPayload(payload)
 	if err == nil {
 		err = metadataRules.check(meta)
 	}
@@ -424,35 +391,4 @@ func scanEntry(meta []byte) (entry, error) {
 		}
 	}
 	return e, nil
-}
-
-// metadataOf returns the serialized MessageMetadata of a MESSAGE payload.
-func metadataOf(payload []byte) ([]byte, error) {
-	_, meta, _, err := splitPayload(payload)
-	return meta, err
-}
-
-// splitPayload cuts a MESSAGE payload into its sections: the optional broker-entry metadata
-// (with its magic and size), the serialized MessageMetadata and the message or batch. The
-// optional checksum between them is dropped.
-func splitPayload(payload []byte) (brokerEntry, meta, body []byte, err error) {
-	p := payload
-	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicBrokerEntry {
-		size := binary.BigEndian.Uint32(p[2:])
-		if uint64(size)+6 > uint64(len(p)) {
-			return nil, nil, nil, errors.New("broker-entry metadata exceeds the payload")
-		}
-		brokerEntry, p = p[:6+size], p[6+size:]
-	}
-	if len(p) >= 6 && binary.BigEndian.Uint16(p) == magicChecksum {
-		p = p[6:]
-	}
-	if len(p) < 4 {
-		return nil, nil, nil, errors.New("short message metadata")
-	}
-	size := binary.BigEndian.Uint32(p)
-	if uint64(size)+4 > uint64(len(p)) {
-		return nil, nil, nil, errors.New("message metadata exceeds the payload")
-	}
-	return brokerEntry, p[4 : 4+size], p[4+size:], nil
 }

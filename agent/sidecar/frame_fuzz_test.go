@@ -257,7 +257,7 @@ func onlyOwnCommand(cmd *pb.BaseCommand) bool {
 // except that a singular sub-message given twice is replaced by the last one, not merged.
 func lastWins(b []byte, m protoreflect.Message) error {
 	for len(b) > 0 {
-		num, wt, value, rest, err := consumeField(b)
+		num, wt, value, rest, err := pb.ConsumeField(b)
 		if err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func checkEntry(t *testing.T, payload []byte, e entry, readErr error) {
 		}
 		return
 	}
-	_, rawMeta, _, err := splitPayload(payload)
+	_, rawMeta, _, err := pb.SplitPayload(payload)
 	if err != nil {
 		t.Fatalf("read the metadata of a payload without one: %v", err)
 	}
@@ -455,11 +455,11 @@ func seedBatchOf(bodies []string, codec int32, extraMeta []byte) (meta, body []b
 // seedEntry is a MESSAGE frame of entry 3:7 as entryFrame builds it.
 func seedEntry(meta, body []byte, ackSet []int64) []byte {
 	entryMeta, _ := proto.Marshal(&pb.BrokerEntryMetadata{Index: proto.Uint64(99)})
-	brokerEntry := binary.BigEndian.AppendUint16(nil, magicBrokerEntry)
+	brokerEntry := binary.BigEndian.AppendUint16(nil, pb.MagicBrokerEntry)
 	brokerEntry = append(binary.BigEndian.AppendUint32(brokerEntry, uint32(len(entryMeta))), entryMeta...)
 	cmd, _ := proto.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}, AckSet: ackSet}})
-	return assembleMessage(cmd, brokerEntry, meta, body)
+	return pb.AppendMessage(nil, cmd, brokerEntry, meta, body)
 }
 
 type costlyEntry struct {

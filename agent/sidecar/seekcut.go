@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strconv"
 	"strings"
@@ -64,8 +63,6 @@ const (
 // size (5 MiB by default), so more than this is not a batch as the metadata says.
 const maxCutBatch = 64 << 20
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // errCannotCut marks an entry the sidecar forwards whole: encrypted, or not as its metadata says.
 var errCannotCut = errors.New("batch entry cannot be cut")
 
@@ -107,7 +104,7 @@ func cutBatch(f frame, msg *pb.CommandMessage, keepFrom int32, maxFrame int) ([]
 // batchFrom opens the batch of a MESSAGE frame: its broker-entry section, its metadata and its
 // messages from keepFrom on, uncompressed.
 func batchFrom(f frame, keepFrom int32) (brokerEntry []byte, meta *pb.MessageMetadata, rest []byte, err error) {
-	brokerEntry, rawMeta, body, err := splitPayload(f.payload)
+	brokerEntry, rawMeta, body, err := pb.SplitPayload(f.payload)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -153,7 +150,7 @@ func packBatch(cmd, brokerEntry []byte, meta *pb.MessageMetadata, batch []byte, 
 	if err != nil {
 		return nil, err
 	}
-	return assembleMessage(cmd, brokerEntry, rawMeta, body), nil
+	return pb.AppendMessage(nil, cmd, brokerEntry, rawMeta, body), nil
 }
 
 // translateAck renumbers, in an ACK of the cut entry, the batch indexes the client gives
@@ -245,7 +242,7 @@ const fieldSinglePayloadSize = 3
 func payloadSize(single []byte) (int32, error) {
 	var size int32
 	for len(single) > 0 {
-		num, wt, value, rest, err := consumeField(single)
+		num, wt, value, rest, err := pb.ConsumeField(single)
 		if err != nil {
 			return 0, err
 		}
@@ -256,26 +253,6 @@ func payloadSize(single []byte) (int32, error) {
 		}
 	}
 	return size, nil
-}
-
-// assembleMessage frames a MESSAGE: [total][cmd size][cmd][broker entry][0x0e01][crc32c]
-// [metadata size][metadata][payload], the checksum covering what follows it.
-func assembleMessage(cmd, brokerEntry, meta, payload []byte) []byte {
-	checked := 4 + len(meta) + len(payload)
-	total := 4 + len(cmd) + len(brokerEntry) + 6 + checked
-	out := make([]byte, 0, 4+total)
-	out = binary.BigEndian.AppendUint32(out, uint32(total))
-	out = binary.BigEndian.AppendUint32(out, uint32(len(cmd)))
-	out = append(out, cmd...)
-	out = append(out, brokerEntry...)
-	out = binary.BigEndian.AppendUint16(out, magicChecksum)
-	sumAt := len(out)
-	out = binary.BigEndian.AppendUint32(out, 0)
-	out = binary.BigEndian.AppendUint32(out, uint32(len(meta)))
-	out = append(out, meta...)
-	out = append(out, payload...)
-	binary.BigEndian.PutUint32(out[sumAt:], crc32.Checksum(out[sumAt+4:], castagnoli))
-	return out
 }
 
 // maxExpansion is the most a codec writes per byte of input: LZ4 255 (a length's extension

@@ -123,14 +123,14 @@ func checkCut(t *testing.T, in frame, out []byte, original *pb.MessageMetadata, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	inEntry, _, _, _ := splitPayload(in.payload)
-	outEntry, rawMeta, body, err := splitPayload(g.payload)
+	inEntry, _, _, _ := pb.SplitPayload(in.payload)
+	outEntry, rawMeta, body, err := pb.SplitPayload(g.payload)
 	if err != nil || !bytes.Equal(outEntry, inEntry) {
 		t.Fatalf("the broker-entry section changed (%v)", err)
 	}
 	checked := g.payload[len(outEntry):]
-	if len(checked) < 6 || binary.BigEndian.Uint16(checked) != magicChecksum ||
-		binary.BigEndian.Uint32(checked[2:]) != crc32.Checksum(checked[6:], castagnoli) {
+	if len(checked) < 6 || binary.BigEndian.Uint16(checked) != pb.MagicChecksum ||
+		binary.BigEndian.Uint32(checked[2:]) != crc32.Checksum(checked[6:], pb.Castagnoli) {
 		t.Fatal("the cut frame's checksum does not match")
 	}
 	var meta pb.MessageMetadata

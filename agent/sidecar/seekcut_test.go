@@ -70,11 +70,11 @@ func batchOf(t *testing.T, bodies []string) []byte {
 func entryFrame(t *testing.T, meta, body []byte, ackSet []int64) frame {
 	t.Helper()
 	entryMeta, _ := proto.Marshal(&pb.BrokerEntryMetadata{Index: proto.Uint64(99)})
-	brokerEntry := binary.BigEndian.AppendUint16(nil, magicBrokerEntry)
+	brokerEntry := binary.BigEndian.AppendUint16(nil, pb.MagicBrokerEntry)
 	brokerEntry = append(binary.BigEndian.AppendUint32(brokerEntry, uint32(len(entryMeta))), entryMeta...)
 	cmd, _ := proto.Marshal(&pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(3), EntryId: proto.Uint64(7)}, AckSet: ackSet}})
-	f, err := parseFrame(assembleMessage(cmd, brokerEntry, meta, body))
+	f, err := parseFrame(pb.AppendMessage(nil, cmd, brokerEntry, meta, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func readBatch(t *testing.T, raw []byte) (bodies []string, brokerEntry []byte, m
 	p := f.payload
 	size := binary.BigEndian.Uint32(p[2:])
 	brokerEntry, p = p[:6+size], p[6+size:]
-	if binary.BigEndian.Uint16(p) != magicChecksum {
+	if binary.BigEndian.Uint16(p) != pb.MagicChecksum {
 		t.Fatal("no checksum section")
 	}
 	if sum := binary.BigEndian.Uint32(p[2:]); sum != crc32.Checksum(p[6:], crc32.MakeTable(crc32.Castagnoli)) {
@@ -357,7 +357,7 @@ func TestCutFitsTheClientsFrames(t *testing.T) {
 			if removed != 5 || !slices.Equal(bodies, text[5:]) {
 				t.Errorf("removed %d, kept %d messages; want 5 removed and the 195 from the target on", removed, len(bodies))
 			}
-			_, rawMeta, _, err := splitPayload(mustFrame(t, out).payload)
+			_, rawMeta, _, err := pb.SplitPayload(mustFrame(t, out).payload)
 			var meta pb.MessageMetadata
 			if err == nil {
 				err = proto.Unmarshal(rawMeta, &meta)
@@ -414,8 +414,8 @@ func TestCutEntryFitsWhatTheBrokerToldTheClient(t *testing.T) {
 	text := textBodies(200)
 	fromBroker(batchFrameOf(t, text, compressionLZ4, nil, nil).raw)
 	_, f := c.await(pb.BaseCommand_MESSAGE)
-	if size := len(f.raw) - 4; size > maxMessageSize+framePadding {
-		t.Errorf("the cut entry came in a frame of %d bytes; the client takes at most %d", size, maxMessageSize+framePadding)
+	if size := len(f.raw) - 4; size > maxMessageSize+pb.FramePadding {
+		t.Errorf("the cut entry came in a frame of %d bytes; the client takes at most %d", size, maxMessageSize+pb.FramePadding)
 	}
 	if bodies, _, _ := readBatch(t, f.raw); !slices.Equal(bodies, text[5:]) {
 		t.Errorf("the client got %d messages, want the 195 from the target on", len(bodies))
