@@ -3,7 +3,6 @@ package pulsartest
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -69,9 +68,5 @@ func sharedEntryBody(messages int, publishTime int64) (*pb.MessageMetadata, []by
 		}
 	}
 	m, _ := proto.Marshal(meta)
-	body := binary.BigEndian.AppendUint32(nil, uint32(len(m)))
-	body = append(append(body, m...), payload...)
-	data := binary.BigEndian.AppendUint16(nil, magicChecksum)
-	data = binary.BigEndian.AppendUint32(data, crc32.Checksum(body, castagnoli))
-	return meta, append(data, body...), payload
+	return meta, pb.AppendPayload(nil, m, payload), payload
 }

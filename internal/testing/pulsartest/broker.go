@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
 )
 
 // Options change how the broker behaves. The zero value is a current 4.x
@@ -107,7 +109,7 @@ func (o Options) withDefaults() Options {
 		o.EntriesPerLedger = 10000
 	}
 	if o.MaxMessageSize <= 0 {
-		o.MaxMessageSize = defaultMaxMessageSize
+		o.MaxMessageSize = pb.DefaultMaxMessageSize
 	}
 	if o.ReadBatchSize <= 0 {
 		o.ReadBatchSize = 100

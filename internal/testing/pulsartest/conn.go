@@ -68,7 +68,7 @@ func (c *conn) send(cmd *pb.BaseCommand, payload ...[]byte) {
 		return
 	}
 	before := len(c.out)
-	c.out = appendFrame(c.out, cmd, payload...)
+	c.out = pb.AppendFrame(c.out, cmd, payload...)
 	c.queued += uint64(len(c.out) - before)
 	c.writeMu.Unlock()
 	select {

@@ -66,7 +66,7 @@ func dialRawURL(t testing.TB, url string) *rawClient {
 
 func (rc *rawClient) send(cmd *pb.BaseCommand, payload ...[]byte) {
 	rc.t.Helper()
-	if _, err := rc.nc.Write(appendFrame(nil, cmd, payload...)); err != nil {
+	if _, err := rc.nc.Write(pb.AppendFrame(nil, cmd, payload...)); err != nil {
 		rc.t.Fatal(err)
 	}
 }
@@ -120,8 +120,8 @@ func sendPayload(meta *pb.MessageMetadata, payload []byte) []byte {
 	m, _ := proto.Marshal(meta)
 	body := binary.BigEndian.AppendUint32(nil, uint32(len(m)))
 	body = append(append(body, m...), payload...)
-	out := binary.BigEndian.AppendUint16(nil, magicChecksum)
-	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(body, castagnoli))
+	out := binary.BigEndian.AppendUint16(nil, pb.MagicChecksum)
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(body, pb.Castagnoli))
 	return append(out, body...)
 }
 
@@ -167,7 +167,7 @@ func (rc *rawClient) sendFrameOfSize(producerID, seq uint64, name string, size i
 	if size < fixed {
 		rc.t.Fatalf("a SEND frame cannot be %d bytes (at least %d)", size, fixed)
 	}
-	frame := appendFrame(nil, cmd, sendPayload(meta, make([]byte, size-fixed)))
+	frame := pb.AppendFrame(nil, cmd, sendPayload(meta, make([]byte, size-fixed)))
 	if got := int(binary.BigEndian.Uint32(frame)); got != size {
 		rc.t.Fatalf("built a frame of %d bytes, want %d", got, size)
 	}

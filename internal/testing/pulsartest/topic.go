@@ -239,7 +239,7 @@ func (t *topic) brokerEntryMeta(e *entry) []byte {
 	if !t.b.opts.DisableIndexMetadata {
 		m.Index = proto.Uint64(uint64(e.lastIndex))
 	}
-	return brokerEntrySection(m)
+	return pb.AppendBrokerEntry(nil, m)
 }
 
 // entryKey is the key Key_Shared dispatch hashes: ordering key, else
