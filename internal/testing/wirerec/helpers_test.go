@@ -70,7 +70,7 @@ func entryPayload(t testing.TB, index int64, messages int32, body []byte) []byte
 	var out []byte
 	if index >= 0 {
 		bem, _ := proto.Marshal(&pb.BrokerEntryMetadata{Index: proto.Uint64(uint64(index))})
-		out = binary.BigEndian.AppendUint16(out, magicBrokerEntry)
+		out = binary.BigEndian.AppendUint16(out, pb.MagicBrokerEntry)
 		out = binary.BigEndian.AppendUint32(out, uint32(len(bem)))
 		out = append(out, bem...)
 	}
@@ -84,7 +84,7 @@ func entryPayload(t testing.TB, index int64, messages int32, body []byte) []byte
 	covered := binary.BigEndian.AppendUint32(nil, uint32(len(meta)))
 	covered = append(covered, meta...)
 	covered = append(covered, body...)
-	out = binary.BigEndian.AppendUint16(out, magicChecksum)
+	out = binary.BigEndian.AppendUint16(out, pb.MagicChecksum)
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(covered, crc32.MakeTable(crc32.Castagnoli)))
 	return append(out, covered...)
 }

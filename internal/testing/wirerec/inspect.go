@@ -32,7 +32,7 @@ var decoded = map[pb.BaseCommand_Type]bool{
 // or, with RewriteLookups, a lookup answer that routes through the proxy.
 func (p *Proxy) inspect(c *proxyConn, dir Direction, frame []byte) []byte {
 	e := Event{Time: time.Now(), Conn: c.info.ID, Dir: dir, Size: len(frame)}
-	cmdBytes, payload, err := splitFrame(frame)
+	cmdBytes, payload, err := pb.SplitFrame(frame)
 	if err == nil {
 		e.Type, err = pb.CommandType(cmdBytes)
 	}
@@ -179,13 +179,8 @@ func (p *Proxy) lookupAnswer(e *Event, cmd *pb.BaseCommand, frame []byte) []byte
 		p.report(e.Conn, "lookup answered %s: the client connects there directly and bypasses the recorder; make the broker advertise %s or set RewriteLookups", e.URL, p.ServiceURL())
 		return frame
 	}
-	out, err := routeThroughProxy(cmd)
-	if err != nil {
-		p.report(e.Conn, "rewrite lookup answer: %v", err)
-		return frame
-	}
 	e.Rewritten = true
-	return out
+	return routeThroughProxy(cmd)
 }
 
 // assignedBroker handles a CLOSE_CONSUMER naming the broker to reconnect to

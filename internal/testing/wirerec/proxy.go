@@ -318,7 +318,7 @@ func (p *Proxy) serve(c *proxyConn) {
 // proxy saw in a lookup answer are dialed, so a client cannot use the proxy
 // to reach arbitrary hosts.
 func (p *Proxy) target(c *proxyConn, first []byte) (string, error) {
-	cmd, _, err := splitFrame(first)
+	cmd, _, err := pb.SplitFrame(first)
 	if err != nil {
 		return p.upstream, nil // forwarded as is; the broker will judge it
 	}
@@ -398,7 +398,7 @@ func (p *Proxy) forwardTail(c *proxyConn, src *bufio.Reader, out *bufio.Writer, 
 		return
 	}
 	switch {
-	case errors.Is(err, errFrameSize):
+	case errors.Is(err, pb.ErrFrameSize):
 		p.report(c.info.ID, "%v: %v; forwarding the rest undecoded", dir, err)
 		_, _ = io.Copy(dst, src)
 	case errors.Is(err, io.ErrUnexpectedEOF):
