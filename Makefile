@@ -49,7 +49,7 @@ api-docs: ## Write docs/api.md, the API reference, from the Go types in api/v1al
 		--config=hack/api-docs/config.yaml --templates-dir=hack/api-docs/templates/markdown --output-path=docs/api.md
 
 .PHONY: generate
-generate: ## Generate deepcopy code and the test broker's protobuf code.
+generate: ## Generate deepcopy code and the Pulsar wire format's protobuf code (internal/pulsarwire).
 	$(CONTROLLER_GEN) object paths="./api/..."
 	$(GO) generate ./internal/...
 
