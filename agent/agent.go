@@ -32,7 +32,11 @@ type Options struct {
 	// AdminHTTPClient carries TLS settings for admin calls; nil means http.DefaultClient.
 	AdminHTTPClient *http.Client
 	// AdminAuth adds the application's own credentials to every admin request (for example an
-	// Authorization header); seek resolution needs no more than consume-level rights.
+	// Authorization header); seek resolution needs no more than consume-level rights. With
+	// Pulsar's default authorization provider, the backlog reports the controller asks for need
+	// lookup (produce or consume) permission on the topic, and tenant admin rights for the
+	// message TTL and backlog quotas (topic policies): without them the backlog is reported
+	// with its retention unknown, naming the refused read.
 	AdminAuth func(*http.Request) error
 	// AdminRedirectHosts lists the hosts, besides the AdminURL's host and its subdomains, to
 	// which admin calls follow a broker's redirect (307 to the topic's owner) with AdminAuth
@@ -48,18 +52,20 @@ type Options struct {
 	Logger logr.Logger
 	// Registerer receives the agent's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
-	// StartGated makes consumers start Paused until MarkSynced (the controller's first push) or
-	// SyncTimeout, after which FallbackState applies until MarkSynced. The environment can only
-	// make the start stricter: SUBFLOW_START_GATED=true gates, and SUBFLOW_FALLBACK_STATE sets
-	// a FallbackState left empty (subflow's webhook sets both for a pod that a flow selects when
-	// it is created, so a pod born into a paused flow consumes nothing).
+	// StartGated makes consumers start Paused until the controller's first push (through
+	// agent/control) or SyncTimeout, after which FallbackState applies until that push. The
+	// environment can only make the start stricter: SUBFLOW_START_GATED=true gates, and
+	// SUBFLOW_FALLBACK_STATE sets a FallbackState left empty (subflow's webhook sets both for a
+	// pod that a flow selects when it is created, so a pod born into a paused flow consumes
+	// nothing).
 	StartGated bool
 	// SyncTimeout bounds the StartGated wait; zero means DefaultSyncTimeout.
 	SyncTimeout time.Duration
 	// FallbackState applies when SyncTimeout passes unsynced; empty means Running.
 	FallbackState protocol.State
-	// BacklogRefresh is how often WatchBacklog reads a subscription's backlog again; zero
-	// means DefaultBacklogRefresh.
+	// BacklogRefresh is how often the agent reads again, in the background, a backlog the
+	// controller asks it to report (a halted flow's, a backlog pause condition's); zero means
+	// DefaultBacklogRefresh.
 	BacklogRefresh time.Duration
 }
 
@@ -78,7 +84,8 @@ type Agent struct {
 	closedOnce sync.Once
 }
 
-// New returns an agent. With StartGated it starts the bounded wait for MarkSynced at once.
+// New returns an agent. With StartGated it starts the bounded wait for the controller's first
+// push at once.
 func New(opts Options) (*Agent, error) {
 	opts = startFromEnv(opts, os.Getenv)
 	if opts.SyncTimeout <= 0 {
@@ -138,7 +145,7 @@ func (a *Agent) Subscribe(client pulsar.Client, opts pulsar.ConsumerOptions) (*C
 	for _, hook := range hooks {
 		hook(c)
 	}
-	// Listed before start so that a concurrent MarkSynced or sync timeout reaches it.
+	// Listed before start so that a concurrent markSynced or sync timeout reaches it.
 	a.mu.Lock()
 	a.consumers = append(a.consumers, c)
 	a.mu.Unlock()
@@ -150,30 +157,27 @@ func (a *Agent) Subscribe(client pulsar.Client, opts pulsar.ConsumerOptions) (*C
 	return c, nil
 }
 
-// OnSubscribe registers fn to run for every consumer subscribed later, before Subscribe
-// returns and before its first subscribe, so fn may call SetState on it.
-func (a *Agent) OnSubscribe(fn func(*Consumer)) {
+// onSubscribe registers fn to run for every consumer subscribed later, before Subscribe
+// returns and before its first subscribe, so fn may call setState on it.
+func (a *Agent) onSubscribe(fn func(*Consumer)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.hooks = append(a.hooks, fn)
 }
 
-// Consumers returns the consumers subscribed and not closed.
-func (a *Agent) Consumers() []*Consumer {
+// consumersNow returns the consumers subscribed and not closed.
+func (a *Agent) consumersNow() []*Consumer {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]*Consumer(nil), a.consumers...)
 }
 
-// Name is the agent's reported name.
-func (a *Agent) Name() string { return a.opts.Name }
-
-// MarkSynced lifts the start-up gate: the controller has pushed the desired state. It is a
+// markSynced lifts the start-up gate: the controller has pushed the desired state. It is a
 // no-op when the agent is already synced.
-func (a *Agent) MarkSynced() { a.gate.MarkSynced() }
+func (a *Agent) markSynced() { a.gate.MarkSynced() }
 
-// Synced reports whether MarkSynced was called or StartGated is off.
-func (a *Agent) Synced() bool { return a.gate.Synced() }
+// synced reports whether markSynced was called or StartGated is off.
+func (a *Agent) synced() bool { return a.gate.Synced() }
 
 // Close stops the sync timer and the background backlog reads. Consumers are closed by the
 // application.
@@ -182,38 +186,6 @@ func (a *Agent) Close() {
 		a.gate.Stop()
 		a.backlog.Close()
 	})
-}
-
-// Backlog reads, through the admin API with the application's credentials, the subscription's
-// backlog on the topic (one entry per partition of a partitioned topic) and the retention
-// policies that may delete it while nobody consumes: the effective message TTL and backlog
-// quotas. It never fails: what cannot be read (no admin URL, credentials refused, topic or
-// subscription missing, broker unreachable) comes back as an entry whose Unknown says why.
-// Every entry names the subscription.
-//
-// Rights needed with Pulsar's default authorization provider: partition metadata and topic
-// stats need lookup (produce or consume) permission on the topic; the applied message TTL and
-// backlog quotas are topic policies, which need tenant admin rights. An application with
-// consume rights only gets the backlog with RetentionUnknown naming the refused read.
-func (a *Agent) Backlog(ctx context.Context, topic, subscription string) []protocol.BacklogStatus {
-	return a.admin.Backlog(ctx, topic, subscription)
-}
-
-// WatchBacklog starts reading the subscription's backlog on the topic (see Backlog) now and
-// then every Options.BacklogRefresh, in the background, until StopWatchingBacklog or Close.
-// Watching what is already watched changes nothing. LatestBacklog returns the values read.
-func (a *Agent) WatchBacklog(topic, subscription string) { a.backlog.Watch(topic, subscription) }
-
-// StopWatchingBacklog stops the background reads of the subscription's backlog on the topic
-// and forgets its values; it returns once no read is running.
-func (a *Agent) StopWatchingBacklog(topic, subscription string) {
-	a.backlog.Stop(topic, subscription)
-}
-
-// LatestBacklog returns the values last read for a watched subscription, without waiting: nil
-// when it is not watched or its first read has not finished yet.
-func (a *Agent) LatestBacklog(topic, subscription string) []protocol.BacklogStatus {
-	return a.backlog.Latest(topic, subscription)
 }
 
 // regate brings every consumer to its state after the start-up gate moved.

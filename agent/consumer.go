@@ -22,7 +22,8 @@ type nativePauser interface {
 }
 
 // Consumer is a gated pulsar.Consumer. It implements pulsar.Consumer, so it is a drop-in for
-// the client's consumer, and adds Pause, Resume, Stop, Run, SetState and SeekByIndex.
+// the client's consumer, and adds Pause, Resume, Stop, Run, State, IsPaused, Status and the
+// seeks by index.
 type Consumer struct {
 	agent     *Agent
 	client    pulsar.Client
@@ -143,13 +144,6 @@ func (c *Consumer) Status() protocol.ConsumerStatus {
 	st.Connected, st.LastConnected, st.ReconnectingSince = c.session.connection()
 	return st
 }
-
-// Topic is the topic, the comma-separated topics or the pattern the consumer was created for.
-func (c *Consumer) Topic() string { return c.topic }
-
-// Options returns the options as the application gave them (with Name filled in). The client
-// gets them with the agent's MessageChannel and nack settings (nack.go).
-func (c *Consumer) Options() pulsar.ConsumerOptions { return c.opts }
 
 // Subscription returns the subscription name.
 func (c *Consumer) Subscription() string { return c.opts.SubscriptionName }
@@ -293,16 +287,16 @@ func (c *Consumer) SeekByTime(t time.Time) error {
 	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.SeekByTime(t) })
 }
 
-// DropHeld drops the messages the gate holds that it took at or before `before` (all when
+// dropHeld drops the messages the gate holds that it took at or before `before` (all when
 // before is zero) and returns how many. An agent that did not execute a seek calls it so that
 // messages from before the seek never reach the application; they are not acknowledged.
-func (c *Consumer) DropHeld(before time.Time) int { return c.DropHeldOf(before, nil) }
+func (c *Consumer) dropHeld(before time.Time) int { return c.dropHeldOf(before, nil) }
 
-// DropHeldOf is DropHeld for the messages of some partitions only (-1 names a non-partitioned
+// dropHeldOf is dropHeld for the messages of some partitions only (-1 names a non-partitioned
 // topic; nil names every partition): a seek that moved only some cursors leaves the others'
 // messages wanted. The messages of an earlier seek target's entry on a moved partition are
 // wanted again too.
-func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
+func (c *Consumer) dropHeldOf(before time.Time, partitions []int32) int {
 	set := newPartitionSet(partitions)
 	n := c.gate.cursorMoved(before, set, func(old skipSet) skipSet { return old.without(set) })
 	if n > 0 {
@@ -311,12 +305,12 @@ func (c *Consumer) DropHeldOf(before time.Time, partitions []int32) int {
 	return n
 }
 
-// DeferredNacks returns how many nacks the agent keeps: made while paused, or waiting for their
+// deferredNacks returns how many nacks the agent keeps: made while paused, or waiting for their
 // redelivery delay to pass while running.
-func (c *Consumer) DeferredNacks() int { return c.nacks.count() }
+func (c *Consumer) deferredNacks() int { return c.nacks.count() }
 
 // Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed, Run and
-// SetState return it, and State reports Stopped, not connected. Held messages and deferred
+// the controller's state changes return it, and State reports Stopped, not connected. Held messages and deferred
 // nacks are dropped: closing returns those messages to the broker. Idempotent.
 func (c *Consumer) Close() {
 	_ = c.transitions.lock(context.Background())

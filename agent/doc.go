@@ -25,16 +25,24 @@
 // K chunks per message and P messages partly received, plus Q per renewal.
 //
 // Each Consumer combines three wishes and applies the most restrictive one
-// (Stopped > Paused > Running): the application's own (Pause/Resume, Stop/Run), the controller's
-// (SetState, guarded by a generation so that a stale request never undoes a newer one), and the
-// agent's start-up gate (Options.StartGated until MarkSynced or the sync timeout).
+// (Stopped > Paused > Running): the application's own (Pause/Resume, Stop/Run), the
+// controller's (pushed through agent/control, guarded by a generation so that a stale request
+// never undoes a newer one), and the agent's start-up gate (Options.StartGated until the
+// controller's first push or the sync timeout).
 //
-// Backlog at risk: Agent.Backlog reads, per partition, the subscription's backlog (msgBacklog,
-// backlogSize), the entry time of its oldest message (earliestMsgPublishTimeInBacklog: the
-// broker timestamp that message TTL compares) and the applied message TTL and backlog quotas,
-// through the admin API with the application's credentials; what it cannot read is Unknown
-// with the reason, never an error. WatchBacklog keeps it fresh in the background
-// (Options.BacklogRefresh) so that LatestBacklog answers without waiting. A message TTL
+// The application's API is New, Agent.Subscribe and Agent.Close, and the Consumer: the
+// pulsar.Consumer methods, Pause, Resume, Stop, Run, State, IsPaused, Status and the seeks by
+// index. What the controller applies goes through the control server (agent/control: control.New
+// wraps the agent), which reaches the agent through agent/internal/seam; none of it is an
+// exported method here.
+//
+// Backlog at risk: while the controller asks for it, the agent reads, per partition, the
+// subscription's backlog (msgBacklog, backlogSize), the entry time of its oldest message
+// (earliestMsgPublishTimeInBacklog: the broker timestamp that message TTL compares) and the
+// applied message TTL and backlog quotas, through the admin API with the application's
+// credentials (agent/internal/pulsaradmin); what it cannot read is Unknown with the reason,
+// never an error. The reads run in the background every Options.BacklogRefresh, so that the
+// control server answers without waiting. A message TTL
 // deletes the oldest message at the broker's first expiry check after oldest + TTL (checks
 // run every messageExpiryCheckIntervalInMinutes, 5 by default); a message_age quota with
 // consumer_backlog_eviction can act from oldest + 0.9 x limitTime (precise check), a

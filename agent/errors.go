@@ -33,7 +33,8 @@ var (
 	ErrIndexMetadataDisabled = pulsaradmin.ErrIndexMetadataDisabled
 )
 
-// StaleGenerationError is returned by SetState when the request is older than the one applied.
+// StaleGenerationError refuses a controller's state change older than the one applied (the
+// control server's SetState, the agent's and the sidecar's); applications do not see it.
 type StaleGenerationError struct {
 	Requested, Applied int64
 	State              protocol.State

@@ -36,7 +36,7 @@ func TestGateOwnsChannelPluggedWhilePaused(t *testing.T) {
 	if inner.tryPush(1) {
 		t.Fatal("the client pushed into the channel of a consumer subscribed while paused")
 	}
-	a.MarkSynced()
+	a.markSynced()
 	for i := range int64(channelCapacity) {
 		if !inner.tryPush(i) {
 			t.Fatalf("push %d refused while running", i)
@@ -186,10 +186,10 @@ func TestDropHeldBefore(t *testing.T) {
 	c.Chan()
 	fc.last().mustPush(t, 1)
 	c.Pause()
-	if n := c.DropHeld(time.Now().Add(-time.Hour)); n != 0 {
+	if n := c.dropHeld(time.Now().Add(-time.Hour)); n != 0 {
 		t.Fatalf("dropped %d messages taken after the cut-off", n)
 	}
-	if n := c.DropHeld(time.Now()); n != 1 {
+	if n := c.dropHeld(time.Now()); n != 1 {
 		t.Fatalf("dropped %d, want 1", n)
 	}
 }
@@ -264,7 +264,7 @@ func TestSetStateGenerations(t *testing.T) {
 		{protocol.Running, 4, false, protocol.Running},
 	}
 	for i, s := range steps {
-		err := c.SetState(ctx, s.state, s.gen)
+		err := c.setState(ctx, s.state, s.gen)
 		var stale *StaleGenerationError
 		if errors.As(err, &stale) != s.stale {
 			t.Fatalf("step %d: SetState(%s, %d) = %v, stale want %v", i, s.state, s.gen, err, s.stale)
@@ -273,7 +273,7 @@ func TestSetStateGenerations(t *testing.T) {
 			t.Fatalf("step %d: state %s, want %s", i, got, s.want)
 		}
 	}
-	if err := c.SetState(ctx, "Sleeping", 9); err == nil {
+	if err := c.setState(ctx, "Sleeping", 9); err == nil {
 		t.Fatal("an invalid state was accepted")
 	}
 }
@@ -284,14 +284,14 @@ func TestWishesCombineMostRestrictive(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	ctx := context.Background()
 	c.Pause()
-	if err := c.SetState(ctx, protocol.Running, 1); err != nil || c.State() != protocol.Paused {
+	if err := c.setState(ctx, protocol.Running, 1); err != nil || c.State() != protocol.Paused {
 		t.Fatalf("controller Running overrode the application's Pause: %v %s", err, c.State())
 	}
 	c.Resume()
 	if c.State() != protocol.Running {
 		t.Fatalf("state %s after Resume", c.State())
 	}
-	if err := c.SetState(ctx, protocol.Paused, 2); err != nil {
+	if err := c.setState(ctx, protocol.Paused, 2); err != nil {
 		t.Fatal(err)
 	}
 	c.Resume()
@@ -304,13 +304,13 @@ func TestStartGatedUntilSynced(t *testing.T) {
 	fc := &fakeClient{}
 	a := newTestAgent(t, Options{StartGated: true, SyncTimeout: time.Hour})
 	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
-	if c.State() != protocol.Paused || a.Synced() {
-		t.Fatalf("state %s, synced %v: want Paused before the first sync", c.State(), a.Synced())
+	if c.State() != protocol.Paused || a.synced() {
+		t.Fatalf("state %s, synced %v: want Paused before the first sync", c.State(), a.synced())
 	}
 	if fc.last().tryPush(1) {
 		t.Fatal("a start-gated consumer took a message")
 	}
-	a.MarkSynced()
+	a.markSynced()
 	if c.State() != protocol.Running {
 		t.Fatalf("state %s after MarkSynced", c.State())
 	}
@@ -323,7 +323,7 @@ func TestStartGatedFallbackAfterTimeout(t *testing.T) {
 			a := newTestAgent(t, Options{StartGated: true, SyncTimeout: 20 * time.Millisecond, FallbackState: fallback})
 			c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{})
 			poll.Eventually(t, "fallback state", func() bool { return c.State() == fallback })
-			a.MarkSynced()
+			a.markSynced()
 			if c.State() != protocol.Running {
 				t.Fatalf("state %s after a late MarkSynced", c.State())
 			}
@@ -336,8 +336,8 @@ func TestStartGatedFallbackAfterTimeout(t *testing.T) {
 func TestOnSubscribeHookAppliesBeforeFirstSubscribe(t *testing.T) {
 	fc := &fakeClient{}
 	a := newTestAgent(t, Options{})
-	a.OnSubscribe(func(c *Consumer) {
-		if err := c.SetState(context.Background(), protocol.Stopped, 1); err != nil {
+	a.onSubscribe(func(c *Consumer) {
+		if err := c.setState(context.Background(), protocol.Stopped, 1); err != nil {
 			t.Error(err)
 		}
 	})
@@ -345,11 +345,11 @@ func TestOnSubscribeHookAppliesBeforeFirstSubscribe(t *testing.T) {
 	if fc.count() != 0 || c.State() != protocol.Stopped {
 		t.Fatalf("subscribed %d times, state %s: want no subscribe and Stopped", fc.count(), c.State())
 	}
-	if got := a.Consumers(); len(got) != 1 || got[0] != c {
+	if got := a.consumersNow(); len(got) != 1 || got[0] != c {
 		t.Fatalf("Consumers() = %v", got)
 	}
 	c.Close()
-	if len(a.Consumers()) != 0 {
+	if len(a.consumersNow()) != 0 {
 		t.Fatal("a closed consumer is still listed")
 	}
 }
@@ -463,7 +463,7 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	go func() {
 		defer togglers.Done()
 		for gen := int64(1); running(); gen++ {
-			if err := c.SetState(context.Background(), protocol.Running, gen); err != nil {
+			if err := c.setState(context.Background(), protocol.Running, gen); err != nil {
 				t.Error(err)
 			}
 			_ = c.Status()

@@ -18,7 +18,7 @@ func TestMetricsFollowTheConsumer(t *testing.T) {
 	fc := &fakeClient{}
 	a := newTestAgent(t, Options{Registerer: reg})
 	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{Name: "c1"})
-	labels := []string{c.Topic(), "sub", "c1"}
+	labels := []string{c.topic, "sub", "c1"}
 	state := func(s protocol.State) float64 {
 		m, err := a.metrics.state.GetMetricWithLabelValues(append(labels, string(s))...)
 		if err != nil {

@@ -21,9 +21,9 @@ import (
 // application has acknowledged the rest) and drops them, every time they come.
 //
 // So the filter outlives the target's arrival: it lasts until the cursor moves again (another
-// seek by this consumer, or DropHeld after a seek another consumer ran) or the consumer closes.
+// seek by this consumer, or dropHeld after a seek another consumer ran) or the consumer closes.
 // Consumers that did not run the seek take the same filter when told where the cursors moved
-// (FilterSeekTargets): on Shared and Key_Shared the broker may send the entry to any of them.
+// (filterSeekTargets): on Shared and Key_Shared the broker may send the entry to any of them.
 // The cost is one atomic load per message; a filter matches only messages of the target's
 // entry, so it never drops anything the seek did not mean to skip. A cursor reset made outside
 // subflow back past that entry would still see those few messages skipped, as the client's own
@@ -108,12 +108,12 @@ func (s skipSet) without(partitions partitionSet) skipSet {
 	return out
 }
 
-// FilterSeekTargets takes on the seek filters of a seek another consumer ran (positions as
+// filterSeekTargets takes on the seek filters of a seek another consumer ran (positions as
 // the executor reports them): on Shared and Key_Shared the broker may send the target's batch
 // entry to this consumer, and the messages before the target in it must not reach the
 // application here either; nor may a message from before the new cursor that the client
 // still had in hand. Held messages before a target are dropped now.
-func (c *Consumer) FilterSeekTargets(positions []protocol.SeekPosition) error {
+func (c *Consumer) filterSeekTargets(positions []protocol.SeekPosition) error {
 	filters := skipSet{}
 	for _, p := range positions {
 		if p.MessageID == "" {

@@ -49,7 +49,7 @@ func (c *Consumer) Stop() {
 }
 
 // Run reverses the application's Stop: the consumer subscribes again with the same options.
-// It returns the subscribe error, if any; a later Run, Resume or SetState retries.
+// It returns the subscribe error, if any; a later Run, Resume or controller push retries.
 func (c *Consumer) Run() error {
 	if err := c.transitions.lock(context.Background()); err != nil {
 		return err
@@ -59,11 +59,12 @@ func (c *Consumer) Run() error {
 	return c.reconcile()
 }
 
-// SetState applies the controller's desired state. generation must grow with every change
+// setState applies the controller's desired state (the control server's SetState, through
+// the seam). generation must grow with every change
 // (start at 1): a lower generation, or the same generation with another state, is refused with
 // a *StaleGenerationError so that a late retry never undoes a newer request. Repeating the
 // applied request is a no-op that retries a failed subscribe.
-func (c *Consumer) SetState(ctx context.Context, state protocol.State, generation int64) error {
+func (c *Consumer) setState(ctx context.Context, state protocol.State, generation int64) error {
 	if !state.Valid() {
 		return &invalidStateError{state: state}
 	}
@@ -76,13 +77,6 @@ func (c *Consumer) SetState(ctx context.Context, state protocol.State, generatio
 	}
 	c.wishes.remote, c.wishes.remoteGen = state, generation
 	return c.reconcile()
-}
-
-// Generation returns the controller generation last applied by SetState (0 before any).
-func (c *Consumer) Generation() int64 {
-	_ = c.transitions.lock(context.Background())
-	defer c.transitions.unlock()
-	return c.wishes.remoteGen
 }
 
 // State returns the state the consumer is actually in.
@@ -105,7 +99,7 @@ func (c *Consumer) start() error {
 	return c.reconcile()
 }
 
-// wishes are what the application (Pause, Stop) and the controller (SetState) want of a
+// wishes are what the application (Pause, Stop) and the controller (setState) want of a
 // consumer; the start-up gate is the agent's (Agent.gate).
 type wishes struct {
 	localPaused, localStopped bool

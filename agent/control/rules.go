@@ -95,7 +95,7 @@ type rules struct {
 	mu         sync.Mutex
 	byKey      map[string]*rule
 	bySub      map[string]map[string]*rule // subscription -> key -> rule: a rule only matches its subscription
-	generation int64                       // grows with every state computation, for agent.Consumer.SetState
+	generation int64                       // grows with every state computation, for Consumer.SetState
 	retired    map[retiredUID]bool
 	retiredFIF []retiredUID // oldest first, at most retiredPerAgent
 	tombstones map[string]tombstone

@@ -94,6 +94,7 @@ type agentProcess struct {
 // trackedConsumer is a gated consumer with the application reading it.
 type trackedConsumer struct {
 	c        *agent.Consumer
+	gate     gateView // c as the control server sees it
 	name     string
 	group    *group
 	instance int
@@ -178,6 +179,11 @@ func (proc *agentProcess) subscribe(env processEnv, p *simPod) error {
 		return err
 	}
 	tc := &trackedConsumer{c: c, name: opts.Name, group: p.group, instance: proc.id, pod: p.name}
+	for _, cc := range control.AgentHost(proc.agent).Consumers() {
+		if cc.Name() == opts.Name {
+			tc.gate = controlledGate{cc}
+		}
+	}
 	proc.consumers = append(proc.consumers, tc)
 	ctx, cancel := context.WithCancel(context.Background())
 	prev := proc.cancel
@@ -233,7 +239,7 @@ func (tc *trackedConsumer) application(ctx context.Context, env processEnv, useC
 // Paused or Stopped (since before.Since) when Receive was called.
 func (tc *trackedConsumer) checkStrictPause(env processEnv, before protocol.ConsumerStatus, msg pulsar.Message) {
 	env.gatedReceives.Add(1)
-	if handedWhileGated(tc.c, before) {
+	if handedWhileGated(tc.gate, before) {
 		env.onViolation("strict-pause", fmt.Sprintf("consumer %s (pod %s) handed over %q (id %v) while %s since %s",
 			tc.name, tc.pod, msg.Payload(), msg.ID(), before.State, before.Since.Format(time.RFC3339Nano)))
 	}
@@ -241,9 +247,16 @@ func (tc *trackedConsumer) checkStrictPause(env processEnv, before protocol.Cons
 
 // gateView is what the strict-pause check reads of a consumer.
 type gateView interface {
-	Generation() int64 // takes the transition lock: returns once a transition in progress ended
+	settle() // returns once a transition in progress ended
 	Status() protocol.ConsumerStatus
 }
+
+// controlledGate is a tracked consumer as the control server drives it (control.Consumer).
+type controlledGate struct{ control.Consumer }
+
+// settle waits for the consumer's transition lock: a request of a generation below any applied
+// one takes it and is refused, changing nothing.
+func (g controlledGate) settle() { _ = g.SetState(context.Background(), protocol.Running, -1) }
 
 // handedWhileGated reports whether a message that Receive returned was handed over while the
 // gate stayed closed: once any transition in progress has finished (a transition records its
@@ -251,7 +264,7 @@ type gateView interface {
 // at least have changed since. A transition opens the gate before it records Running, which is
 // why the check waits for it instead of comparing at once.
 func handedWhileGated(c gateView, before protocol.ConsumerStatus) bool {
-	_ = c.Generation()
+	c.settle()
 	after := c.Status()
 	return after.State == before.State && after.Since.Equal(before.Since)
 }

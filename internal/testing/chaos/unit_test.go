@@ -143,11 +143,10 @@ type fakeGate struct {
 	onLock func(*fakeGate)
 }
 
-func (f *fakeGate) Generation() int64 {
+func (f *fakeGate) settle() {
 	if f.onLock != nil {
 		f.onLock(f)
 	}
-	return 1
 }
 func (f *fakeGate) Status() protocol.ConsumerStatus { return f.status }
 
