@@ -18,12 +18,12 @@ func TestChunkRenewalWhilePausedIsNotPostponedByPushes(t *testing.T) {
 	fc := &fakeClient{}
 	a := newTestAgent(t, Options{})
 	c := subscribeFake(t, a, fc, pulsar.ConsumerOptions{ExpireTimeOfIncompleteChunk: 200 * time.Millisecond})
-	if err := c.setState(context.Background(), protocol.Paused, 1); err != nil {
+	if err := controlled(c).SetState(context.Background(), protocol.Paused, 1); err != nil {
 		t.Fatal(err)
 	}
 	poll.Eventually(t, "two fresh subscriptions while paused", func() bool {
 		// The controller repeats its push far more often than the renewal period.
-		if err := c.setState(context.Background(), protocol.Paused, 1); err != nil {
+		if err := controlled(c).SetState(context.Background(), protocol.Paused, 1); err != nil {
 			t.Fatal(err)
 		}
 		return fc.count() >= 3
@@ -31,7 +31,7 @@ func TestChunkRenewalWhilePausedIsNotPostponedByPushes(t *testing.T) {
 	if st := c.Status(); st.State != protocol.Paused {
 		t.Fatalf("status %+v after renewals", st)
 	}
-	if err := c.setState(context.Background(), protocol.Running, 2); err != nil {
+	if err := controlled(c).SetState(context.Background(), protocol.Running, 2); err != nil {
 		t.Fatal(err)
 	}
 	running := fc.count()

@@ -287,28 +287,6 @@ func (c *Consumer) SeekByTime(t time.Time) error {
 	return c.seekWith(context.Background(), func(inner pulsar.Consumer) error { return inner.SeekByTime(t) })
 }
 
-// dropHeld drops the messages the gate holds that it took at or before `before` (all when
-// before is zero) and returns how many. An agent that did not execute a seek calls it so that
-// messages from before the seek never reach the application; they are not acknowledged.
-func (c *Consumer) dropHeld(before time.Time) int { return c.dropHeldOf(before, nil) }
-
-// dropHeldOf is dropHeld for the messages of some partitions only (-1 names a non-partitioned
-// topic; nil names every partition): a seek that moved only some cursors leaves the others'
-// messages wanted. The messages of an earlier seek target's entry on a moved partition are
-// wanted again too.
-func (c *Consumer) dropHeldOf(before time.Time, partitions []int32) int {
-	set := newPartitionSet(partitions)
-	n := c.gate.cursorMoved(before, set, func(old skipSet) skipSet { return old.without(set) })
-	if n > 0 {
-		c.log.Info("Held messages dropped", "dropped", n, "partitions", partitions)
-	}
-	return n
-}
-
-// deferredNacks returns how many nacks the agent keeps: made while paused, or waiting for their
-// redelivery delay to pass while running.
-func (c *Consumer) deferredNacks() int { return c.nacks.count() }
-
 // Close closes the consumer for good: blocked Receive calls return ErrConsumerClosed, Run and
 // the controller's state changes return it, and State reports Stopped, not connected. Held messages and deferred
 // nacks are dropped: closing returns those messages to the broker. Idempotent.

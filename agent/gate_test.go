@@ -186,10 +186,10 @@ func TestDropHeldBefore(t *testing.T) {
 	c.Chan()
 	fc.last().mustPush(t, 1)
 	c.Pause()
-	if n := c.dropHeld(time.Now().Add(-time.Hour)); n != 0 {
+	if n := controlled(c).DropHeldOf(time.Now().Add(-time.Hour), nil); n != 0 {
 		t.Fatalf("dropped %d messages taken after the cut-off", n)
 	}
-	if n := c.dropHeld(time.Now()); n != 1 {
+	if n := controlled(c).DropHeldOf(time.Now(), nil); n != 1 {
 		t.Fatalf("dropped %d, want 1", n)
 	}
 }
@@ -264,7 +264,7 @@ func TestSetStateGenerations(t *testing.T) {
 		{protocol.Running, 4, false, protocol.Running},
 	}
 	for i, s := range steps {
-		err := c.setState(ctx, s.state, s.gen)
+		err := controlled(c).SetState(ctx, s.state, s.gen)
 		var stale *StaleGenerationError
 		if errors.As(err, &stale) != s.stale {
 			t.Fatalf("step %d: SetState(%s, %d) = %v, stale want %v", i, s.state, s.gen, err, s.stale)
@@ -273,7 +273,7 @@ func TestSetStateGenerations(t *testing.T) {
 			t.Fatalf("step %d: state %s, want %s", i, got, s.want)
 		}
 	}
-	if err := c.setState(ctx, "Sleeping", 9); err == nil {
+	if err := controlled(c).SetState(ctx, "Sleeping", 9); err == nil {
 		t.Fatal("an invalid state was accepted")
 	}
 }
@@ -284,14 +284,14 @@ func TestWishesCombineMostRestrictive(t *testing.T) {
 	c := subscribeFake(t, newTestAgent(t, Options{}), fc, pulsar.ConsumerOptions{})
 	ctx := context.Background()
 	c.Pause()
-	if err := c.setState(ctx, protocol.Running, 1); err != nil || c.State() != protocol.Paused {
+	if err := controlled(c).SetState(ctx, protocol.Running, 1); err != nil || c.State() != protocol.Paused {
 		t.Fatalf("controller Running overrode the application's Pause: %v %s", err, c.State())
 	}
 	c.Resume()
 	if c.State() != protocol.Running {
 		t.Fatalf("state %s after Resume", c.State())
 	}
-	if err := c.setState(ctx, protocol.Paused, 2); err != nil {
+	if err := controlled(c).SetState(ctx, protocol.Paused, 2); err != nil {
 		t.Fatal(err)
 	}
 	c.Resume()
@@ -337,7 +337,7 @@ func TestOnSubscribeHookAppliesBeforeFirstSubscribe(t *testing.T) {
 	fc := &fakeClient{}
 	a := newTestAgent(t, Options{})
 	a.onSubscribe(func(c *Consumer) {
-		if err := c.setState(context.Background(), protocol.Stopped, 1); err != nil {
+		if err := controlled(c).SetState(context.Background(), protocol.Stopped, 1); err != nil {
 			t.Error(err)
 		}
 	})
@@ -463,7 +463,7 @@ func TestConcurrentPauseResumeIsStrict(t *testing.T) {
 	go func() {
 		defer togglers.Done()
 		for gen := int64(1); running(); gen++ {
-			if err := c.setState(context.Background(), protocol.Running, gen); err != nil {
+			if err := controlled(c).SetState(context.Background(), protocol.Running, gen); err != nil {
 				t.Error(err)
 			}
 			_ = c.Status()

@@ -106,7 +106,7 @@ func TestIntegrationNacksWhilePausedDeadLetterNothing(t *testing.T) {
 	if b, d := e.backlog(t, dlq, "dlq"), e.delivered(dlq, "dlq", 0); b != 0 || d != 0 {
 		t.Fatalf("dead-lettered while paused: backlog %d, %d dispatched on the dead-letter topic", b, d)
 	}
-	if d := c.deferredNacks(); d != n {
+	if d := c.nacks.count(); d != n {
 		t.Fatalf("%d deferred nacks, want %d", d, n)
 	}
 
@@ -150,7 +150,7 @@ func TestIntegrationCloseReportsStopped(t *testing.T) {
 	if err := c.Run(); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("Run after Close = %v, want ErrConsumerClosed", err)
 	}
-	if err := c.setState(context.Background(), protocol.Running, 1); !errors.Is(err, ErrConsumerClosed) {
+	if err := controlled(c).SetState(context.Background(), protocol.Running, 1); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("SetState after Close = %v, want ErrConsumerClosed", err)
 	}
 	c.Resume()
@@ -181,7 +181,7 @@ func TestIntegrationUnsubscribeWhilePausedCloses(t *testing.T) {
 	if err := recvWithin(t, "the blocked Receive to return", errc); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("a blocked Receive returned %v, want ErrConsumerClosed", err)
 	}
-	if err := c.setState(context.Background(), protocol.Running, 1); !errors.Is(err, ErrConsumerClosed) {
+	if err := controlled(c).SetState(context.Background(), protocol.Running, 1); !errors.Is(err, ErrConsumerClosed) {
 		t.Fatalf("SetState after Unsubscribe = %v", err)
 	}
 	if err := c.Run(); !errors.Is(err, ErrConsumerClosed) {
@@ -434,7 +434,7 @@ func TestIntegrationNackBeforePauseWaitsForResume(t *testing.T) {
 	if f := e.flows(topic, "sub", atPause); len(f) != 0 {
 		t.Fatalf("%d FLOWs while paused: %+v", len(f), f)
 	}
-	if d := c.deferredNacks(); d != n {
+	if d := c.nacks.count(); d != n {
 		t.Fatalf("%d nacks kept while paused, want %d", d, n)
 	}
 

@@ -400,7 +400,7 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 	}
 	c.Nack(got[5])
 	poll.Eventually(t, "acks while paused", func() bool { return e.backlog(t, topic, "sub") == 1 })
-	if n := c.deferredNacks(); n != 1 {
+	if n := c.nacks.count(); n != 1 {
 		t.Fatalf("%d deferred nacks, want 1", n)
 	}
 	waitNackDelays(t, e, 2)
@@ -415,7 +415,7 @@ func TestIntegrationAckAndNackWhilePaused(t *testing.T) {
 	if s := seqOfMessage(t, testkit.ReceiveAndAck(t, c, 1, receiveLimit)[0]); s != 5 {
 		t.Fatalf("after resume got %d, want the nacked 5", s)
 	}
-	if n := c.deferredNacks(); n != 0 {
+	if n := c.nacks.count(); n != 0 {
 		t.Fatalf("%d nacks still deferred after resume", n)
 	}
 }

@@ -76,3 +76,6 @@ func TestStaleStateWaitsForTheTransitionAndChangesNothing(t *testing.T) {
 		t.Fatalf("err %v, state %s: want a StaleGenerationError naming generation 3, still Paused", err, c.State())
 	}
 }
+
+// controlled is c as the control server drives it.
+func controlled(c *Consumer) controlledConsumer { return controlledConsumer{c} }

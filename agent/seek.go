@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/go-logr/logr"
 
 	"github.com/subflow-dev/subflow/agent/internal/pulsaradmin"
@@ -63,9 +64,9 @@ func (c *Consumer) seekPartitionsByIndex(ctx context.Context, targets []protocol
 	if c.agent.admin == nil {
 		return nil, ErrNoAdminURL
 	}
-	ctx, stop := c.untilClosed(ctx)
+	ctx, stop := untilDone(ctx, c.life)
 	defer stop()
-	topic, err := c.singleTopic()
+	topic, err := singleTopic(c.opts)
 	if err != nil {
 		return nil, err
 	}
@@ -91,14 +92,14 @@ func (a *Agent) resolveSeek(ctx context.Context, topic string, partitions []stri
 	return plan, result, err
 }
 
-func (c *Consumer) singleTopic() (string, error) {
+func singleTopic(opts pulsar.ConsumerOptions) (string, error) {
 	switch {
-	case c.opts.TopicsPattern != "" || len(c.opts.Topics) > 1:
+	case opts.TopicsPattern != "" || len(opts.Topics) > 1:
 		return "", ErrSeekUnsupported
-	case c.opts.Topic != "":
-		return c.opts.Topic, nil
-	case len(c.opts.Topics) == 1:
-		return c.opts.Topics[0], nil
+	case opts.Topic != "":
+		return opts.Topic, nil
+	case len(opts.Topics) == 1:
+		return opts.Topics[0], nil
 	}
 	return "", ErrSeekUnsupported
 }
@@ -109,11 +110,11 @@ type seekStep = pulsaradmin.Step
 // position is an entry in a topic or partition.
 type position struct{ ledger, entry int64 }
 
-// untilClosed derives a context that ends when the consumer closes for good, so that a seek
-// under way stops its admin calls then.
-func (c *Consumer) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+// untilDone derives a context that ends when life does (the consumer closes for good), so that
+// a seek under way stops its admin calls then.
+func untilDone(ctx, life context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(c.life, func() { cancel(ErrConsumerClosed) })
+	stop := context.AfterFunc(life, func() { cancel(ErrConsumerClosed) })
 	return ctx, func() {
 		stop()
 		cancel(nil)

@@ -108,32 +108,6 @@ func (s skipSet) without(partitions partitionSet) skipSet {
 	return out
 }
 
-// filterSeekTargets takes on the seek filters of a seek another consumer ran (positions as
-// the executor reports them): on Shared and Key_Shared the broker may send the target's batch
-// entry to this consumer, and the messages before the target in it must not reach the
-// application here either; nor may a message from before the new cursor that the client
-// still had in hand. Held messages before a target are dropped now.
-func (c *Consumer) filterSeekTargets(positions []protocol.SeekPosition) error {
-	filters := skipSet{}
-	for _, p := range positions {
-		if p.MessageID == "" {
-			continue // an empty topic: nothing to filter
-		}
-		f, err := parseTarget(p)
-		if err != nil {
-			return err
-		}
-		f.stale = &atomic.Bool{}
-		f.stale.Store(true)
-		filters[max(p.Partition, 0)] = f
-	}
-	if len(filters) == 0 {
-		return nil
-	}
-	c.gate.filterSeekTargets(filters)
-	return nil
-}
-
 func beforeCursor(from position, id pulsar.MessageID) bool {
 	return id.LedgerID() < from.ledger || (id.LedgerID() == from.ledger && id.EntryID() < from.entry)
 }

@@ -59,26 +59,6 @@ func (c *Consumer) Run() error {
 	return c.reconcile()
 }
 
-// setState applies the controller's desired state (the control server's SetState, through
-// the seam). generation must grow with every change
-// (start at 1): a lower generation, or the same generation with another state, is refused with
-// a *StaleGenerationError so that a late retry never undoes a newer request. Repeating the
-// applied request is a no-op that retries a failed subscribe.
-func (c *Consumer) setState(ctx context.Context, state protocol.State, generation int64) error {
-	if !state.Valid() {
-		return &invalidStateError{state: state}
-	}
-	if err := c.transitions.lock(ctx); err != nil {
-		return err
-	}
-	defer c.transitions.unlock()
-	if generation < c.wishes.remoteGen || (generation == c.wishes.remoteGen && state != c.wishes.remote) {
-		return &StaleGenerationError{Requested: generation, Applied: c.wishes.remoteGen, State: state}
-	}
-	c.wishes.remote, c.wishes.remoteGen = state, generation
-	return c.reconcile()
-}
-
 // State returns the state the consumer is actually in.
 func (c *Consumer) State() protocol.State { return c.observed.Load().state }
 
