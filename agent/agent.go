@@ -87,6 +87,7 @@ type Agent struct {
 // New returns an agent. With StartGated it starts the bounded wait for the controller's first
 // push at once.
 func New(opts Options) (*Agent, error) {
+	seamRegistered.Do(registerSeam)
 	opts = startFromEnv(opts, os.Getenv)
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = DefaultSyncTimeout

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,9 +15,14 @@ import (
 // The control server (agent/control) drives an agent through agent/internal/seam: what it
 // applies (the controller's state with a generation, the drops and filters after another
 // consumer's seek, the start-up sync, the backlog reads) is no part of the application's API,
-// so it is reached through these adapters, which package agent registers when it is
-// initialised, and never through an exported method.
-func init() {
+// so it is reached through these adapters, never through an exported method.
+//
+// New registers them, once, rather than an init function: a program that links package agent
+// without creating an agent (the protocol sidecar, through agent/control) then links neither
+// the adapters nor the consumer behind them.
+var seamRegistered sync.Once
+
+func registerSeam() {
 	seam.AgentHost = func(a any) seam.Host { return agentHost{a.(*Agent)} }
 }
 

@@ -61,6 +61,8 @@ type Consumer interface {
 	FilterSeekTargets(positions []protocol.SeekPosition) error
 }
 
-// AgentHost returns the Host of an *agent.Agent. Package agent sets it when it is initialised,
-// which is before any code that holds an *agent.Agent runs.
+// AgentHost returns the Host of an *agent.Agent. agent.New sets it, once, before it returns the
+// first agent, so whoever holds an *agent.Agent finds it set; an init function would link the
+// agent's consumer into every program that imports package agent (the protocol sidecar does,
+// without creating an agent).
 var AgentHost func(agent any) Host
