@@ -311,11 +311,24 @@ func TestStatusOfAnotherGeneration(t *testing.T) {
 }
 
 // apiConstants returns the string constants of api/v1alpha1 whose names start with prefix, by name.
+// A constant may be one of agent/protocol's (the seek reasons an agent reports are declared there).
 func apiConstants(t *testing.T, prefix string) map[string]string {
+	t.Helper()
+	protocolConsts := stringConstants(t, "../../agent/protocol", "", nil)
+	out := stringConstants(t, "../../api/v1alpha1", prefix, map[string]map[string]string{"protocol": protocolConsts})
+	if len(out) == 0 {
+		t.Fatalf("no %s constants in api/v1alpha1", prefix)
+	}
+	return out
+}
+
+// stringConstants returns the string constants declared in dir whose names start with prefix:
+// string literals, or constants of the packages given by their local names (imports[pkg][name]).
+func stringConstants(t *testing.T, dir, prefix string, imports map[string]map[string]string) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
 	out := map[string]string{}
-	entries, err := os.ReadDir("../../api/v1alpha1")
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +336,7 @@ func apiConstants(t *testing.T, prefix string) map[string]string {
 		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		file, err := parser.ParseFile(fset, "../../api/v1alpha1/"+e.Name(), nil, 0)
+		file, err := parser.ParseFile(fset, dir+"/"+e.Name(), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,15 +351,21 @@ func apiConstants(t *testing.T, prefix string) map[string]string {
 					if !strings.HasPrefix(name.Name, prefix) || i >= len(vs.Values) {
 						continue
 					}
-					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						out[name.Name], _ = strconv.Unquote(lit.Value)
+					switch v := vs.Values[i].(type) {
+					case *ast.BasicLit:
+						if v.Kind == token.STRING {
+							out[name.Name], _ = strconv.Unquote(v.Value)
+						}
+					case *ast.SelectorExpr:
+						if pkg, ok := v.X.(*ast.Ident); ok {
+							if value, ok := imports[pkg.Name][v.Sel.Name]; ok {
+								out[name.Name] = value
+							}
+						}
 					}
 				}
 			}
 		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("no %s constants in api/v1alpha1", prefix)
 	}
 	return out
 }
