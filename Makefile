@@ -86,7 +86,7 @@ fuzz: ## Fuzz the sidecar's frame parsing both ways, its seek cut and ACK transl
 
 .PHONY: conformance
 conformance: ## Run the agent's broker conformance tests (in-process pulsartest, or the broker at PULSAR_URL and PULSAR_ADMIN_URL).
-	PULSAR_URL="$(PULSAR_URL)" PULSAR_ADMIN_URL="$(PULSAR_ADMIN_URL)" $(GO) test $(TEST_FLAGS) -run 'Integration' ./agent/
+	PULSAR_URL="$(PULSAR_URL)" PULSAR_ADMIN_URL="$(PULSAR_ADMIN_URL)" $(GO) test $(TEST_FLAGS) -run 'Integration' ./agent/ ./agent/internal/pulsaradmin/
 
 # A real Apache Pulsar standalone from Maven artifacts (needs Java 17+ and Maven; hack/pulsar).
 PULSAR = hack/pulsar/pulsar.sh
