@@ -80,7 +80,7 @@ type Agent struct {
 	mu         sync.Mutex
 	consumers  []*Consumer
 	hooks      []func(*Consumer)
-	gate       *startgate.Gate // the start-up gate's wish: Paused while unsynced, then Running
+	startGate  *startgate.Gate // the start-up gate's wish: Paused while unsynced, then Running
 	closedOnce sync.Once
 }
 
@@ -110,7 +110,7 @@ func New(opts Options) (*Agent, error) {
 		a.admin = pulsaradmin.New(opts.AdminURL, opts.AdminHTTPClient, opts.AdminAuth, opts.AdminRedirectHosts)
 	}
 	a.backlog = pulsaradmin.NewWatches(a.admin, opts.BacklogRefresh)
-	a.gate = startgate.New(opts.StartGated, opts.SyncTimeout, opts.FallbackState, opts.Logger, a.regate)
+	a.startGate = startgate.New(opts.StartGated, opts.SyncTimeout, opts.FallbackState, opts.Logger, a.regate)
 	return a, nil
 }
 
@@ -175,16 +175,16 @@ func (a *Agent) consumersNow() []*Consumer {
 
 // markSynced lifts the start-up gate: the controller has pushed the desired state. It is a
 // no-op when the agent is already synced.
-func (a *Agent) markSynced() { a.gate.MarkSynced() }
+func (a *Agent) markSynced() { a.startGate.MarkSynced() }
 
 // synced reports whether markSynced was called or StartGated is off.
-func (a *Agent) synced() bool { return a.gate.Synced() }
+func (a *Agent) synced() bool { return a.startGate.Synced() }
 
 // Close stops the sync timer and the background backlog reads. Consumers are closed by the
 // application.
 func (a *Agent) Close() {
 	a.closedOnce.Do(func() {
-		a.gate.Stop()
+		a.startGate.Stop()
 		a.backlog.Close()
 	})
 }

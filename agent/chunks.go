@@ -75,7 +75,7 @@ func (c *Consumer) renew(seq int64) {
 		return // stale
 	}
 	c.session.renewal = nil
-	if c.wishes.desired(c.agent.gate.State()) != protocol.Paused {
+	if c.wishes.desired(c.agent.startGate.State()) != protocol.Paused {
 		return
 	}
 	c.log.Info("Subscribing afresh while paused, before the client could expire incomplete chunked messages",

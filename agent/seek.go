@@ -156,7 +156,7 @@ func (c *Consumer) beginReset(ctx context.Context) error {
 	}
 	c.closeGate()
 	c.session.end(sessionSeeking)
-	c.session.seekWant = c.wishes.desired(c.agent.gate.State())
+	c.session.seekWant = c.wishes.desired(c.agent.startGate.State())
 	return nil
 }
 

@@ -107,7 +107,7 @@ func (c *Consumer) reconcile() error {
 	if !c.started {
 		return nil
 	}
-	want := c.wishes.desired(c.agent.gate.State())
+	want := c.wishes.desired(c.agent.startGate.State())
 	if c.session.state == sessionSeeking {
 		// A seek by index keeps the consumer unsubscribed, its gate closed, while it resets
 		// the cursors, whatever the wishes say; the wish is reported now and applied when the

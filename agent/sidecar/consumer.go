@@ -127,9 +127,9 @@ func (c *Consumer) Name() string { return c.name }
 // SubType is Exclusive, Shared, Failover or Key_Shared.
 func (c *Consumer) SubType() string { return c.kind }
 
-// SetState brings the consumer to state, with the generation rules of agent.Consumer.SetState:
-// a lower generation, or the same one with another state, is refused with
-// *agent.StaleGenerationError. It returns once the state holds:
+// SetState brings the consumer to state, with the generation rules of control.Consumer.SetState
+// that the agent library's consumer follows too: a lower generation, or the same one with
+// another state, is refused with *agent.StaleGenerationError. It returns once the state holds:
 //
 //   - Paused: no FLOW for this consumer reaches the broker from now on, and the broker has
 //     received every FLOW sent before (a PING answered); messages it still sends are held;

@@ -3,8 +3,9 @@
 // where the agent library gates pulsar-client-go objects. The application's service URL points
 // at the sidecar (pulsar://localhost:6650); the sidecar talks to the brokers. The states, their
 // generations and the status it reports are those of the agent (agent/protocol), so that the
-// control server can drive a sidecar Consumer as it drives an *agent.Consumer. docs/sidecar.md
-// is the user's documentation; this comment is the map of the code.
+// control server drives a sidecar Consumer as it drives the agent library's: both are a
+// control.Consumer. docs/sidecar.md is the user's documentation; this comment is the map of
+// the code.
 //
 // # Transparent proxy (sidecar.go, conn.go)
 //

@@ -1,11 +1,8 @@
 package pulsaradmin
 
 import (
-	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"reflect"
@@ -86,43 +83,16 @@ func (e *testBroker) createPartitioned(t testing.TB, topic string, partitions in
 	e.adminJSON(t, http.MethodPut, path+"/partitions", strconv.Itoa(partitions), nil)
 }
 
-// adminJSON calls the admin API and fails the test unless it answers 2xx.
+// adminJSON calls the admin API and fails the test unless it answers 2xx (testkit.AdminOK).
 func (e *testBroker) adminJSON(t testing.TB, method, path, body string, out any) {
 	t.Helper()
-	if status := e.admin(t, method, path, body, out); status/100 != 2 {
-		t.Fatalf("admin %s %s: HTTP %d", method, path, status)
-	}
+	testkit.AdminOK(t, e.adminURL, method, path, body, out)
 }
 
-// admin calls the admin API, decodes a 2xx answer into out (when not nil) and returns the
-// status.
+// admin calls the admin API and returns the status (testkit.Admin).
 func (e *testBroker) admin(t testing.TB, method, path, body string, out any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, e.adminURL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("admin %s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode/100 != 2 {
-		t.Logf("admin %s %s: HTTP %d: %s", method, path, resp.StatusCode, b)
-		return resp.StatusCode
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("admin %s %s: %v: %s", method, path, err, b)
-		}
-	}
-	return resp.StatusCode
+	return testkit.Admin(t, e.adminURL, method, path, body, out)
 }
 
 // uniqueTopic names a topic no other test, run or process uses, so that a shared remote broker
