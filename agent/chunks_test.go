@@ -56,3 +56,21 @@ func TestSubscribeRefusesNegativeChunkExpiry(t *testing.T) {
 		t.Fatalf("Subscribe = %v, want ErrNegativeChunkExpiry", err)
 	}
 }
+
+// chunkMessageID is named as the client's id of a reassembled chunked message, which
+// isChunkedID recognises by its name.
+type chunkMessageID struct{ pulsar.MessageID }
+
+type plainMessageID struct{ pulsar.MessageID }
+
+func TestIsChunkedIDAnswersAlikeWhateverItSawBefore(t *testing.T) {
+	chunked, plain := &chunkMessageID{}, &plainMessageID{}
+	for i, c := range []struct {
+		id   pulsar.MessageID
+		want bool
+	}{{plain, false}, {plain, false}, {chunked, true}, {plain, false}, {chunked, true}, {nil, false}, {chunked, true}} {
+		if got := isChunkedID(c.id); got != c.want {
+			t.Fatalf("call %d: isChunkedID(%T) = %v, want %v", i, c.id, got, c.want)
+		}
+	}
+}
