@@ -1,12 +1,16 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -127,6 +131,53 @@ func TestSeekToAMissingPartitionFails(t *testing.T) {
 	if p.Consumer.State() != protocol.Running {
 		t.Fatalf("consumer %s after a failed seek", p.Consumer.State())
 	}
+}
+
+// An agent that gives a failed seek a reason no condition can carry (a hostile or broken peer):
+// the status is still written, with SeekFailed and the agent's error, as the API server refuses
+// a whole status whose condition reason is not a word.
+func TestSeekFailedWithAReasonNoConditionCanCarry(t *testing.T) {
+	ns := namespace(t, true)
+	topic := "oddreason-" + ns
+	p, err := podsim.Start(podsim.Options{Name: "worker-0", ServiceURL: broker.ServiceURL(), AdminURL: broker.AdminURL(),
+		Token: testToken, Topic: topic, Subscription: "ingest", Type: pulsar.Shared, ReceiverQueueSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	createPod(t, ns, "worker-0", oddSeekReasons(t, p.Port))
+	flow := newFlow(ns, "oddreason", topic, subflowv1.StateRunning)
+	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "bad", Partitions: []subflowv1.PartitionIndex{{Partition: 3, Index: 5}}}
+	create(t, flow)
+	got := waitFlow(t, flow, "SeekFailed", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionSeekCompleted)
+		return c != nil && c.Reason == subflowv1.ReasonSeekFailed
+	})
+	if got.Status.Seek.Reason != subflowv1.ReasonSeekFailed || !strings.Contains(got.Status.Seek.Message, "partition 3") {
+		t.Fatalf("status.seek %+v", got.Status.Seek)
+	}
+}
+
+// oddSeekReasons is a proxy in front of an agent's port that makes every failed seek's reason
+// one no condition can carry; it returns the proxy's port.
+func oddSeekReasons(t *testing.T, agentPort int) int {
+	t.Helper()
+	forward := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", agentPort)})
+	forward.ModifyResponse = func(resp *http.Response) error {
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		body = []byte(strings.ReplaceAll(string(body), `"reason":"`+protocol.SeekError+`"`, `"reason":"it broke, badly!"`))
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	s := httptest.NewServer(forward)
+	t.Cleanup(s.Close)
+	_, port, _ := net.SplitHostPort(s.Listener.Addr().String())
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // TestPartitionedSeekFailingHalfWay: a seek whose cursor reset fails on one partition after

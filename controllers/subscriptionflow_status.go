@@ -1,10 +1,10 @@
 package controllers
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -561,7 +561,8 @@ func seekStatus(flow *subflowv1.SubscriptionFlow, obs observation) *subflowv1.Se
 			st.Positions, st.FailedPartitions = seekOutcome(o.Status.Seek)
 			requestedIndexes(st.Positions, seek)
 			if o.Status.Seek.State == protocol.SeekFailed {
-				st.Message = clip(agentSeekFailure(o.Status.Seek).message(), maxAgentText)
+				st.Reason = seekReason(o.Status.Seek)
+				st.Message = clip(st.Reason+": "+o.Status.Seek.Error, maxAgentText)
 			}
 		}
 	}
@@ -605,25 +606,32 @@ func seekOutcome(s *protocol.SeekStatus) ([]subflowv1.SeekPosition, []subflowv1.
 // most this many items.
 const maxSeekPartitions = 1024
 
-// seekFailure is why a seek failed: the executor's reason (one of the protocol's seek reasons,
-// or SeekFailed when it gave none), which becomes SeekCompleted's reason, and its error.
-type seekFailure struct {
-	reason string
-	err    string
+// seekReason is the reason an executor gave for a failed seek, or SeekFailed where it gave none
+// or one that cannot be a condition's reason: the agent is a peer, and the API server refuses a
+// whole status whose condition reason is not a word, so a newer agent's own word passes and
+// anything else does not.
+func seekReason(s *protocol.SeekStatus) string {
+	if seekReasonPattern.MatchString(s.Reason) {
+		return s.Reason
+	}
+	return subflowv1.ReasonSeekFailed
 }
 
-func agentSeekFailure(s *protocol.SeekStatus) seekFailure {
-	return seekFailure{reason: cmp.Or(s.Reason, subflowv1.ReasonSeekFailed), err: s.Error}
-}
+// seekReasonPattern is status.seek.reason's validation.
+var seekReasonPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{0,63}$`)
 
-// message is the failure as status.seek.message records it: "Reason: error".
-func (f seekFailure) message() string { return f.reason + ": " + f.err }
-
-// recordedSeekFailure reads back the failure message recorded. A seek completed in an earlier
-// reconcile is kept as status holds it, and status.seek holds its reason only there.
-func recordedSeekFailure(seek *subflowv1.SeekStatus) seekFailure {
-	reason, err, _ := strings.Cut(seek.Message, ":")
-	return seekFailure{reason: reason, err: strings.TrimPrefix(err, " ")}
+// recordedSeekReason is the reason of the failed seek status.seek records. A controller before
+// status.seek.reason kept it in the message only, and in SeekCompleted, which still gives it
+// after an upgrade (a seek dropped from the spec and added back lost it: SeekFailed).
+func recordedSeekReason(st *subflowv1.SubscriptionFlowStatus) string {
+	if st.Seek.Reason != "" {
+		return st.Seek.Reason
+	}
+	if c := meta.FindStatusCondition(st.Conditions, subflowv1.ConditionSeekCompleted); c != nil && c.Status == metav1.ConditionFalse &&
+		c.Reason != subflowv1.ReasonSeekPending && c.Reason != subflowv1.ReasonSeekIDReused {
+		return c.Reason
+	}
+	return subflowv1.ReasonSeekFailed
 }
 
 func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.SubscriptionFlow, obs observation) {
@@ -650,7 +658,7 @@ func setSeekCondition(st *subflowv1.SubscriptionFlowStatus, flow *subflowv1.Subs
 		if len(seek.Positions) > 0 {
 			message += "; the cursors moved all the same: " + describePositions(seek.Positions)
 		}
-		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, recordedSeekFailure(seek).reason, message)
+		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, recordedSeekReason(st), message)
 	case seek.Executor == "":
 		setCondition(st, subflowv1.ConditionSeekCompleted, metav1.ConditionFalse, subflowv1.ReasonSeekPending,
 			fmt.Sprintf("Seek %s waits for a reachable pod to execute it", seek.ID))

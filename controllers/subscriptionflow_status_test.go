@@ -217,7 +217,12 @@ func TestFailedSeekKeepsTheExecutorsReason(t *testing.T) {
 		protocol.SeekNoConsumer:               "NoConsumer",
 		subflowv1.ReasonIndexMetadataDisabled: "IndexMetadataDisabled",
 		subflowv1.ReasonSeekFailed:            "SeekFailed",
+		"SeekRefusedByAFutureBroker":          "SeekRefusedByAFutureBroker", // a newer agent's own
 		"":                                    "SeekFailed",
+		// A peer's reason that no condition can carry would make the whole status unwritable.
+		"it broke!":             "SeekFailed",
+		"Seek: failed":          "SeekFailed",
+		strings.Repeat("A", 65): "SeekFailed",
 	} {
 		flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
 		failed := agentAnswer(protocol.Paused)
@@ -229,6 +234,9 @@ func TestFailedSeekKeepsTheExecutorsReason(t *testing.T) {
 		if got, wantMessage := flow.Status.Seek.Message, want+": it broke: at 10:00"; got != wantMessage {
 			t.Errorf("status.seek.message %q, want %q", got, wantMessage)
 		}
+		if flow.Status.Seek.Reason != want {
+			t.Errorf("status.seek.reason %q, want %q", flow.Status.Seek.Reason, want)
+		}
 		later := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 2, Now: time.Now()}
 		flow.Status = computeStatus(flow, later)
 		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/"+want)
@@ -238,6 +246,29 @@ func TestFailedSeekKeepsTheExecutorsReason(t *testing.T) {
 		flow.Spec.Seek = seek
 		flow.Status = computeStatus(flow, later)
 		assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/"+want)
+	}
+}
+
+// A failed seek an older controller recorded has no status.seek.reason, only "Reason: error" in
+// the message and the reason in SeekCompleted: after the upgrade SeekCompleted keeps it.
+func TestFailedSeekRecordedBeforeAnUpgradeKeepsItsReason(t *testing.T) {
+	index := int64(42)
+	done := metav1.Now()
+	flow := &subflowv1.SubscriptionFlow{Spec: subflowv1.SubscriptionFlowSpec{Seek: &subflowv1.SeekSpec{ID: "s1", Index: &index}}}
+	flow.Status.Seek = &subflowv1.SeekStatus{ID: "s1", Executor: "a", CompletionTime: &done, Message: "SeekTimedOut: no answer in 30s"}
+	flow.Status.Conditions = []metav1.Condition{{Type: subflowv1.ConditionSeekCompleted, Status: metav1.ConditionFalse,
+		Reason: protocol.SeekTimedOut, Message: "Seek s1 failed on a: SeekTimedOut: no answer in 30s"}}
+	later := observation{Effective: Effective{State: subflowv1.StatePaused}, Revision: 2, Now: time.Now()}
+	flow.Status = computeStatus(flow, later)
+	assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/SeekTimedOut")
+
+	// Without the condition (the seek was dropped from the spec and added back), the message is
+	// not parsed for a reason: SeekFailed, and the message says the rest.
+	flow.Status.Conditions = nil
+	flow.Status = computeStatus(flow, later)
+	assertCondition(t, flow.Status, subflowv1.ConditionSeekCompleted, "False/SeekFailed")
+	if c := meta.FindStatusCondition(flow.Status.Conditions, subflowv1.ConditionSeekCompleted); !strings.Contains(c.Message, "SeekTimedOut: no answer in 30s") {
+		t.Fatalf("SeekCompleted message %q", c.Message)
 	}
 }
 

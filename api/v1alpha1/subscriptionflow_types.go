@@ -410,7 +410,15 @@ type SeekStatus struct {
 	// +optional
 	// +listType=atomic
 	FailedPartitions []SeekPartitionFailure `json:"failedPartitions,omitempty"`
-	// message explains a failure.
+	// reason is why the seek failed, one CamelCase word: the executor's (SeekFailed,
+	// SeekTimedOut, NoConsumer, IndexMetadataDisabled, or a newer agent's own), which is also
+	// SeekCompleted's reason. Empty for a seek that succeeded, and for one a controller before
+	// this field recorded (its message starts with the reason).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9]*$`
+	Reason string `json:"reason,omitempty"`
+	// message explains a failure: "Reason: error".
 	// +optional
 	Message string `json:"message,omitempty"`
 }
