@@ -214,7 +214,7 @@ func TestUninstallWithoutAControllerNeverStrandsTheCRD(t *testing.T) {
 	if !crd.DeletionTimestamp.IsZero() {
 		t.Fatal("the CRD is terminating: it would wait for a controller that does not run")
 	}
-	c.startController()
+	stop = c.startController()
 	if out, err := c.make(nil, "uninstall"); err != nil {
 		t.Fatalf("make uninstall once the controller runs: %v\n%s", err, out)
 	}
@@ -222,7 +222,9 @@ func TestUninstallWithoutAControllerNeverStrandsTheCRD(t *testing.T) {
 		t.Fatalf("consumer %s, CRD gone %v", p.Consumer.State(), c.crdGone())
 	}
 
-	// FORCE=1: the controller is gone for good.
+	// FORCE=1: the controller is gone for good. Left running, it would put its finalizer back
+	// on the flow or release the pod the moment the flow goes.
+	stop()
 	if out, err := c.make(nil, "install"); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
