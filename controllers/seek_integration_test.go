@@ -101,6 +101,15 @@ func TestFailedSeekDropsNothing(t *testing.T) {
 	})
 }
 
+// waitSeekFailed waits until the flow's SeekCompleted says SeekFailed, and returns the flow.
+func waitSeekFailed(t *testing.T, flow *subflowv1.SubscriptionFlow) *subflowv1.SubscriptionFlow {
+	t.Helper()
+	return waitFlow(t, flow, "SeekFailed", func(f *subflowv1.SubscriptionFlow) bool {
+		c := condition(f, subflowv1.ConditionSeekCompleted)
+		return c != nil && c.Reason == subflowv1.ReasonSeekFailed
+	})
+}
+
 func distinct(pods []*podsim.Pod) int {
 	seen := map[string]bool{}
 	for _, p := range pods {
@@ -120,10 +129,7 @@ func TestSeekToAMissingPartitionFails(t *testing.T) {
 	flow := newFlow(ns, "nopart", topic, subflowv1.StateRunning)
 	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "bad", Partitions: []subflowv1.PartitionIndex{{Partition: 3, Index: 5}}}
 	create(t, flow)
-	got := waitFlow(t, flow, "SeekFailed", func(f *subflowv1.SubscriptionFlow) bool {
-		c := condition(f, subflowv1.ConditionSeekCompleted)
-		return c != nil && c.Reason == subflowv1.ReasonSeekFailed
-	})
+	got := waitSeekFailed(t, flow)
 	if c := condition(got, subflowv1.ConditionSeekCompleted); !strings.Contains(c.Message, "partition 3") {
 		t.Fatalf("SeekCompleted message %q does not name the partition", c.Message)
 	}
@@ -149,10 +155,7 @@ func TestSeekFailedWithAReasonNoConditionCanCarry(t *testing.T) {
 	flow := newFlow(ns, "oddreason", topic, subflowv1.StateRunning)
 	flow.Spec.Seek = &subflowv1.SeekSpec{ID: "bad", Partitions: []subflowv1.PartitionIndex{{Partition: 3, Index: 5}}}
 	create(t, flow)
-	got := waitFlow(t, flow, "SeekFailed", func(f *subflowv1.SubscriptionFlow) bool {
-		c := condition(f, subflowv1.ConditionSeekCompleted)
-		return c != nil && c.Reason == subflowv1.ReasonSeekFailed
-	})
+	got := waitSeekFailed(t, flow)
 	if got.Status.Seek.Reason != subflowv1.ReasonSeekFailed || !strings.Contains(got.Status.Seek.Message, "partition 3") {
 		t.Fatalf("status.seek %+v", got.Status.Seek)
 	}
