@@ -563,7 +563,7 @@ func (x *CommandGetTopicsOfNamespace_Mode) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandGetTopicsOfNamespace_Mode.Descriptor instead.
 func (CommandGetTopicsOfNamespace_Mode) EnumDescriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34, 0}
+	return file_wire_proto_rawDescGZIP(), []int{35, 0}
 }
 
 type BaseCommand_Type int32
@@ -730,7 +730,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40, 0}
+	return file_wire_proto_rawDescGZIP(), []int{41, 0}
 }
 
 type KeyValue struct {
@@ -2393,6 +2393,50 @@ func (x *CommandActiveConsumerChange) GetIsActive() bool {
 	return Default_CommandActiveConsumerChange_IsActive
 }
 
+type CommandReachedEndOfTopic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConsumerId    *uint64                `protobuf:"varint,1,req,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandReachedEndOfTopic) Reset() {
+	*x = CommandReachedEndOfTopic{}
+	mi := &file_wire_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandReachedEndOfTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandReachedEndOfTopic) ProtoMessage() {}
+
+func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandReachedEndOfTopic.ProtoReflect.Descriptor instead.
+func (*CommandReachedEndOfTopic) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
+	if x != nil && x.ConsumerId != nil {
+		return *x.ConsumerId
+	}
+	return 0
+}
+
 type CommandFlow struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ConsumerId     *uint64                `protobuf:"varint,1,req,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
@@ -2403,7 +2447,7 @@ type CommandFlow struct {
 
 func (x *CommandFlow) Reset() {
 	*x = CommandFlow{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2459,7 @@ func (x *CommandFlow) String() string {
 func (*CommandFlow) ProtoMessage() {}
 
 func (x *CommandFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2472,7 @@ func (x *CommandFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandFlow.ProtoReflect.Descriptor instead.
 func (*CommandFlow) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandFlow) GetConsumerId() uint64 {
@@ -2461,7 +2505,7 @@ const (
 
 func (x *CommandUnsubscribe) Reset() {
 	*x = CommandUnsubscribe{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2517,7 @@ func (x *CommandUnsubscribe) String() string {
 func (*CommandUnsubscribe) ProtoMessage() {}
 
 func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2530,7 @@ func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUnsubscribe.ProtoReflect.Descriptor instead.
 func (*CommandUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandUnsubscribe) GetConsumerId() uint64 {
@@ -2522,7 +2566,7 @@ type CommandSeek struct {
 
 func (x *CommandSeek) Reset() {
 	*x = CommandSeek{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2578,7 @@ func (x *CommandSeek) String() string {
 func (*CommandSeek) ProtoMessage() {}
 
 func (x *CommandSeek) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2591,7 @@ func (x *CommandSeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSeek.ProtoReflect.Descriptor instead.
 func (*CommandSeek) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandSeek) GetConsumerId() uint64 {
@@ -2588,7 +2632,7 @@ type CommandCloseProducer struct {
 
 func (x *CommandCloseProducer) Reset() {
 	*x = CommandCloseProducer{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2644,7 @@ func (x *CommandCloseProducer) String() string {
 func (*CommandCloseProducer) ProtoMessage() {}
 
 func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2657,7 @@ func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseProducer.ProtoReflect.Descriptor instead.
 func (*CommandCloseProducer) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandCloseProducer) GetProducerId() uint64 {
@@ -2642,7 +2686,7 @@ type CommandCloseConsumer struct {
 
 func (x *CommandCloseConsumer) Reset() {
 	*x = CommandCloseConsumer{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2698,7 @@ func (x *CommandCloseConsumer) String() string {
 func (*CommandCloseConsumer) ProtoMessage() {}
 
 func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2711,7 @@ func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseConsumer.ProtoReflect.Descriptor instead.
 func (*CommandCloseConsumer) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandCloseConsumer) GetConsumerId() uint64 {
@@ -2708,7 +2752,7 @@ type CommandRedeliverUnacknowledgedMessages struct {
 
 func (x *CommandRedeliverUnacknowledgedMessages) Reset() {
 	*x = CommandRedeliverUnacknowledgedMessages{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2764,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) String() string {
 func (*CommandRedeliverUnacknowledgedMessages) ProtoMessage() {}
 
 func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2777,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use CommandRedeliverUnacknowledgedMessages.ProtoReflect.Descriptor instead.
 func (*CommandRedeliverUnacknowledgedMessages) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandRedeliverUnacknowledgedMessages) GetConsumerId() uint64 {
@@ -2759,7 +2803,7 @@ type CommandSuccess struct {
 
 func (x *CommandSuccess) Reset() {
 	*x = CommandSuccess{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2815,7 @@ func (x *CommandSuccess) String() string {
 func (*CommandSuccess) ProtoMessage() {}
 
 func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2828,7 @@ func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSuccess.ProtoReflect.Descriptor instead.
 func (*CommandSuccess) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandSuccess) GetRequestId() uint64 {
@@ -2813,7 +2857,7 @@ const (
 
 func (x *CommandProducerSuccess) Reset() {
 	*x = CommandProducerSuccess{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +2869,7 @@ func (x *CommandProducerSuccess) String() string {
 func (*CommandProducerSuccess) ProtoMessage() {}
 
 func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +2882,7 @@ func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducerSuccess.ProtoReflect.Descriptor instead.
 func (*CommandProducerSuccess) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandProducerSuccess) GetRequestId() uint64 {
@@ -2887,7 +2931,7 @@ type CommandError struct {
 
 func (x *CommandError) Reset() {
 	*x = CommandError{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +2943,7 @@ func (x *CommandError) String() string {
 func (*CommandError) ProtoMessage() {}
 
 func (x *CommandError) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +2956,7 @@ func (x *CommandError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandError.ProtoReflect.Descriptor instead.
 func (*CommandError) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommandError) GetRequestId() uint64 {
@@ -2944,7 +2988,7 @@ type CommandPing struct {
 
 func (x *CommandPing) Reset() {
 	*x = CommandPing{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3000,7 @@ func (x *CommandPing) String() string {
 func (*CommandPing) ProtoMessage() {}
 
 func (x *CommandPing) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3013,7 @@ func (x *CommandPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPing.ProtoReflect.Descriptor instead.
 func (*CommandPing) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 type CommandPong struct {
@@ -2980,7 +3024,7 @@ type CommandPong struct {
 
 func (x *CommandPong) Reset() {
 	*x = CommandPong{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3036,7 @@ func (x *CommandPong) String() string {
 func (*CommandPong) ProtoMessage() {}
 
 func (x *CommandPong) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3049,7 @@ func (x *CommandPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPong.ProtoReflect.Descriptor instead.
 func (*CommandPong) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 type CommandGetLastMessageId struct {
@@ -3018,7 +3062,7 @@ type CommandGetLastMessageId struct {
 
 func (x *CommandGetLastMessageId) Reset() {
 	*x = CommandGetLastMessageId{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3074,7 @@ func (x *CommandGetLastMessageId) String() string {
 func (*CommandGetLastMessageId) ProtoMessage() {}
 
 func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3087,7 @@ func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageId.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageId) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandGetLastMessageId) GetConsumerId() uint64 {
@@ -3071,7 +3115,7 @@ type CommandGetLastMessageIdResponse struct {
 
 func (x *CommandGetLastMessageIdResponse) Reset() {
 	*x = CommandGetLastMessageIdResponse{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3127,7 @@ func (x *CommandGetLastMessageIdResponse) String() string {
 func (*CommandGetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3140,7 @@ func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandGetLastMessageIdResponse) GetLastMessageId() *MessageIdData {
@@ -3138,7 +3182,7 @@ const (
 
 func (x *CommandGetTopicsOfNamespace) Reset() {
 	*x = CommandGetTopicsOfNamespace{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3194,7 @@ func (x *CommandGetTopicsOfNamespace) String() string {
 func (*CommandGetTopicsOfNamespace) ProtoMessage() {}
 
 func (x *CommandGetTopicsOfNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3207,7 @@ func (x *CommandGetTopicsOfNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetTopicsOfNamespace.ProtoReflect.Descriptor instead.
 func (*CommandGetTopicsOfNamespace) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandGetTopicsOfNamespace) GetRequestId() uint64 {
@@ -3220,7 +3264,7 @@ const (
 
 func (x *CommandGetTopicsOfNamespaceResponse) Reset() {
 	*x = CommandGetTopicsOfNamespaceResponse{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3276,7 @@ func (x *CommandGetTopicsOfNamespaceResponse) String() string {
 func (*CommandGetTopicsOfNamespaceResponse) ProtoMessage() {}
 
 func (x *CommandGetTopicsOfNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3289,7 @@ func (x *CommandGetTopicsOfNamespaceResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use CommandGetTopicsOfNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetTopicsOfNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommandGetTopicsOfNamespaceResponse) GetRequestId() uint64 {
@@ -3295,7 +3339,7 @@ type CommandGetSchema struct {
 
 func (x *CommandGetSchema) Reset() {
 	*x = CommandGetSchema{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3351,7 @@ func (x *CommandGetSchema) String() string {
 func (*CommandGetSchema) ProtoMessage() {}
 
 func (x *CommandGetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3364,7 @@ func (x *CommandGetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetSchema.ProtoReflect.Descriptor instead.
 func (*CommandGetSchema) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandGetSchema) GetRequestId() uint64 {
@@ -3356,7 +3400,7 @@ type CommandGetSchemaResponse struct {
 
 func (x *CommandGetSchemaResponse) Reset() {
 	*x = CommandGetSchemaResponse{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3412,7 @@ func (x *CommandGetSchemaResponse) String() string {
 func (*CommandGetSchemaResponse) ProtoMessage() {}
 
 func (x *CommandGetSchemaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3425,7 @@ func (x *CommandGetSchemaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetSchemaResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetSchemaResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandGetSchemaResponse) GetRequestId() uint64 {
@@ -3422,7 +3466,7 @@ type CommandGetOrCreateSchema struct {
 
 func (x *CommandGetOrCreateSchema) Reset() {
 	*x = CommandGetOrCreateSchema{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3478,7 @@ func (x *CommandGetOrCreateSchema) String() string {
 func (*CommandGetOrCreateSchema) ProtoMessage() {}
 
 func (x *CommandGetOrCreateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3491,7 @@ func (x *CommandGetOrCreateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetOrCreateSchema.ProtoReflect.Descriptor instead.
 func (*CommandGetOrCreateSchema) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CommandGetOrCreateSchema) GetRequestId() uint64 {
@@ -3476,7 +3520,7 @@ type CommandGetOrCreateSchemaResponse struct {
 
 func (x *CommandGetOrCreateSchemaResponse) Reset() {
 	*x = CommandGetOrCreateSchemaResponse{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3532,7 @@ func (x *CommandGetOrCreateSchemaResponse) String() string {
 func (*CommandGetOrCreateSchemaResponse) ProtoMessage() {}
 
 func (x *CommandGetOrCreateSchemaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3545,7 @@ func (x *CommandGetOrCreateSchemaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetOrCreateSchemaResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetOrCreateSchemaResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CommandGetOrCreateSchemaResponse) GetRequestId() uint64 {
@@ -3558,6 +3602,7 @@ type BaseCommand struct {
 	PartitionMetadataResponse       *CommandPartitionedTopicMetadataResponse `protobuf:"bytes,22,opt,name=partitionMetadataResponse" json:"partitionMetadataResponse,omitempty"`
 	LookupTopic                     *CommandLookupTopic                      `protobuf:"bytes,23,opt,name=lookupTopic" json:"lookupTopic,omitempty"`
 	LookupTopicResponse             *CommandLookupTopicResponse              `protobuf:"bytes,24,opt,name=lookupTopicResponse" json:"lookupTopicResponse,omitempty"`
+	ReachedEndOfTopic               *CommandReachedEndOfTopic                `protobuf:"bytes,27,opt,name=reachedEndOfTopic" json:"reachedEndOfTopic,omitempty"`
 	Seek                            *CommandSeek                             `protobuf:"bytes,28,opt,name=seek" json:"seek,omitempty"`
 	GetLastMessageId                *CommandGetLastMessageId                 `protobuf:"bytes,29,opt,name=getLastMessageId" json:"getLastMessageId,omitempty"`
 	GetLastMessageIdResponse        *CommandGetLastMessageIdResponse         `protobuf:"bytes,30,opt,name=getLastMessageIdResponse" json:"getLastMessageIdResponse,omitempty"`
@@ -3575,7 +3620,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +3632,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +3645,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40}
+	return file_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -3767,6 +3812,13 @@ func (x *BaseCommand) GetLookupTopic() *CommandLookupTopic {
 func (x *BaseCommand) GetLookupTopicResponse() *CommandLookupTopicResponse {
 	if x != nil {
 		return x.LookupTopicResponse
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetReachedEndOfTopic() *CommandReachedEndOfTopic {
+	if x != nil {
+		return x.ReachedEndOfTopic
 	}
 	return nil
 }
@@ -4044,7 +4096,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x1bCommandActiveConsumerChange\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x02(\x04R\n" +
 	"consumerId\x12\"\n" +
-	"\tis_active\x18\x02 \x01(\b:\x05falseR\bisActive\"V\n" +
+	"\tis_active\x18\x02 \x01(\b:\x05falseR\bisActive\";\n" +
+	"\x18CommandReachedEndOfTopic\x12\x1f\n" +
+	"\vconsumer_id\x18\x01 \x02(\x04R\n" +
+	"consumerId\"V\n" +
 	"\vCommandFlow\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x02(\x04R\n" +
 	"consumerId\x12&\n" +
@@ -4152,7 +4207,7 @@ const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x02 \x01(\x0e2$.subflow.pulsartest.wire.ServerErrorR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12%\n" +
-	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\"\xba\x1d\n" +
+	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\"\x9b\x1e\n" +
 	"\vBaseCommand\x12=\n" +
 	"\x04type\x18\x01 \x02(\x0e2).subflow.pulsartest.wire.BaseCommand.TypeR\x04type\x12A\n" +
 	"\aconnect\x18\x02 \x01(\v2'.subflow.pulsartest.wire.CommandConnectR\aconnect\x12G\n" +
@@ -4179,7 +4234,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x11partitionMetadata\x18\x15 \x01(\v28.subflow.pulsartest.wire.CommandPartitionedTopicMetadataR\x11partitionMetadata\x12~\n" +
 	"\x19partitionMetadataResponse\x18\x16 \x01(\v2@.subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponseR\x19partitionMetadataResponse\x12M\n" +
 	"\vlookupTopic\x18\x17 \x01(\v2+.subflow.pulsartest.wire.CommandLookupTopicR\vlookupTopic\x12e\n" +
-	"\x13lookupTopicResponse\x18\x18 \x01(\v23.subflow.pulsartest.wire.CommandLookupTopicResponseR\x13lookupTopicResponse\x128\n" +
+	"\x13lookupTopicResponse\x18\x18 \x01(\v23.subflow.pulsartest.wire.CommandLookupTopicResponseR\x13lookupTopicResponse\x12_\n" +
+	"\x11reachedEndOfTopic\x18\x1b \x01(\v21.subflow.pulsartest.wire.CommandReachedEndOfTopicR\x11reachedEndOfTopic\x128\n" +
 	"\x04seek\x18\x1c \x01(\v2$.subflow.pulsartest.wire.CommandSeekR\x04seek\x12\\\n" +
 	"\x10getLastMessageId\x18\x1d \x01(\v20.subflow.pulsartest.wire.CommandGetLastMessageIdR\x10getLastMessageId\x12t\n" +
 	"\x18getLastMessageIdResponse\x18\x1e \x01(\v28.subflow.pulsartest.wire.CommandGetLastMessageIdResponseR\x18getLastMessageIdResponse\x12j\n" +
@@ -4283,7 +4339,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_wire_proto_goTypes = []any{
 	(ServerError)(0),                                        // 0: subflow.pulsartest.wire.ServerError
 	(ProducerAccessMode)(0),                                 // 1: subflow.pulsartest.wire.ProducerAccessMode
@@ -4315,26 +4371,27 @@ var file_wire_proto_goTypes = []any{
 	(*CommandAck)(nil),                                      // 27: subflow.pulsartest.wire.CommandAck
 	(*CommandAckResponse)(nil),                              // 28: subflow.pulsartest.wire.CommandAckResponse
 	(*CommandActiveConsumerChange)(nil),                     // 29: subflow.pulsartest.wire.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 30: subflow.pulsartest.wire.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 31: subflow.pulsartest.wire.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 32: subflow.pulsartest.wire.CommandSeek
-	(*CommandCloseProducer)(nil),                            // 33: subflow.pulsartest.wire.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 34: subflow.pulsartest.wire.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 35: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 36: subflow.pulsartest.wire.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 37: subflow.pulsartest.wire.CommandProducerSuccess
-	(*CommandError)(nil),                                    // 38: subflow.pulsartest.wire.CommandError
-	(*CommandPing)(nil),                                     // 39: subflow.pulsartest.wire.CommandPing
-	(*CommandPong)(nil),                                     // 40: subflow.pulsartest.wire.CommandPong
-	(*CommandGetLastMessageId)(nil),                         // 41: subflow.pulsartest.wire.CommandGetLastMessageId
-	(*CommandGetLastMessageIdResponse)(nil),                 // 42: subflow.pulsartest.wire.CommandGetLastMessageIdResponse
-	(*CommandGetTopicsOfNamespace)(nil),                     // 43: subflow.pulsartest.wire.CommandGetTopicsOfNamespace
-	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 44: subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	(*CommandGetSchema)(nil),                                // 45: subflow.pulsartest.wire.CommandGetSchema
-	(*CommandGetSchemaResponse)(nil),                        // 46: subflow.pulsartest.wire.CommandGetSchemaResponse
-	(*CommandGetOrCreateSchema)(nil),                        // 47: subflow.pulsartest.wire.CommandGetOrCreateSchema
-	(*CommandGetOrCreateSchemaResponse)(nil),                // 48: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
-	(*BaseCommand)(nil),                                     // 49: subflow.pulsartest.wire.BaseCommand
+	(*CommandReachedEndOfTopic)(nil),                        // 30: subflow.pulsartest.wire.CommandReachedEndOfTopic
+	(*CommandFlow)(nil),                                     // 31: subflow.pulsartest.wire.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 32: subflow.pulsartest.wire.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 33: subflow.pulsartest.wire.CommandSeek
+	(*CommandCloseProducer)(nil),                            // 34: subflow.pulsartest.wire.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 35: subflow.pulsartest.wire.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 36: subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 37: subflow.pulsartest.wire.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 38: subflow.pulsartest.wire.CommandProducerSuccess
+	(*CommandError)(nil),                                    // 39: subflow.pulsartest.wire.CommandError
+	(*CommandPing)(nil),                                     // 40: subflow.pulsartest.wire.CommandPing
+	(*CommandPong)(nil),                                     // 41: subflow.pulsartest.wire.CommandPong
+	(*CommandGetLastMessageId)(nil),                         // 42: subflow.pulsartest.wire.CommandGetLastMessageId
+	(*CommandGetLastMessageIdResponse)(nil),                 // 43: subflow.pulsartest.wire.CommandGetLastMessageIdResponse
+	(*CommandGetTopicsOfNamespace)(nil),                     // 44: subflow.pulsartest.wire.CommandGetTopicsOfNamespace
+	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 45: subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
+	(*CommandGetSchema)(nil),                                // 46: subflow.pulsartest.wire.CommandGetSchema
+	(*CommandGetSchemaResponse)(nil),                        // 47: subflow.pulsartest.wire.CommandGetSchemaResponse
+	(*CommandGetOrCreateSchema)(nil),                        // 48: subflow.pulsartest.wire.CommandGetOrCreateSchema
+	(*CommandGetOrCreateSchemaResponse)(nil),                // 49: subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	(*BaseCommand)(nil),                                     // 50: subflow.pulsartest.wire.BaseCommand
 }
 var file_wire_proto_depIdxs = []int32{
 	9,  // 0: subflow.pulsartest.wire.MessageMetadata.properties:type_name -> subflow.pulsartest.wire.KeyValue
@@ -4375,36 +4432,37 @@ var file_wire_proto_depIdxs = []int32{
 	25, // 35: subflow.pulsartest.wire.BaseCommand.send_error:type_name -> subflow.pulsartest.wire.CommandSendError
 	26, // 36: subflow.pulsartest.wire.BaseCommand.message:type_name -> subflow.pulsartest.wire.CommandMessage
 	27, // 37: subflow.pulsartest.wire.BaseCommand.ack:type_name -> subflow.pulsartest.wire.CommandAck
-	30, // 38: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
-	31, // 39: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
-	36, // 40: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
-	38, // 41: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
-	33, // 42: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
-	34, // 43: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
-	37, // 44: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
-	39, // 45: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
-	40, // 46: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
-	35, // 47: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
+	31, // 38: subflow.pulsartest.wire.BaseCommand.flow:type_name -> subflow.pulsartest.wire.CommandFlow
+	32, // 39: subflow.pulsartest.wire.BaseCommand.unsubscribe:type_name -> subflow.pulsartest.wire.CommandUnsubscribe
+	37, // 40: subflow.pulsartest.wire.BaseCommand.success:type_name -> subflow.pulsartest.wire.CommandSuccess
+	39, // 41: subflow.pulsartest.wire.BaseCommand.error:type_name -> subflow.pulsartest.wire.CommandError
+	34, // 42: subflow.pulsartest.wire.BaseCommand.close_producer:type_name -> subflow.pulsartest.wire.CommandCloseProducer
+	35, // 43: subflow.pulsartest.wire.BaseCommand.close_consumer:type_name -> subflow.pulsartest.wire.CommandCloseConsumer
+	38, // 44: subflow.pulsartest.wire.BaseCommand.producer_success:type_name -> subflow.pulsartest.wire.CommandProducerSuccess
+	40, // 45: subflow.pulsartest.wire.BaseCommand.ping:type_name -> subflow.pulsartest.wire.CommandPing
+	41, // 46: subflow.pulsartest.wire.BaseCommand.pong:type_name -> subflow.pulsartest.wire.CommandPong
+	36, // 47: subflow.pulsartest.wire.BaseCommand.redeliverUnacknowledgedMessages:type_name -> subflow.pulsartest.wire.CommandRedeliverUnacknowledgedMessages
 	18, // 48: subflow.pulsartest.wire.BaseCommand.partitionMetadata:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadata
 	19, // 49: subflow.pulsartest.wire.BaseCommand.partitionMetadataResponse:type_name -> subflow.pulsartest.wire.CommandPartitionedTopicMetadataResponse
 	20, // 50: subflow.pulsartest.wire.BaseCommand.lookupTopic:type_name -> subflow.pulsartest.wire.CommandLookupTopic
 	21, // 51: subflow.pulsartest.wire.BaseCommand.lookupTopicResponse:type_name -> subflow.pulsartest.wire.CommandLookupTopicResponse
-	32, // 52: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
-	41, // 53: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
-	42, // 54: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
-	29, // 55: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
-	43, // 56: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
-	44, // 57: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
-	45, // 58: subflow.pulsartest.wire.BaseCommand.getSchema:type_name -> subflow.pulsartest.wire.CommandGetSchema
-	46, // 59: subflow.pulsartest.wire.BaseCommand.getSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetSchemaResponse
-	28, // 60: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
-	47, // 61: subflow.pulsartest.wire.BaseCommand.getOrCreateSchema:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchema
-	48, // 62: subflow.pulsartest.wire.BaseCommand.getOrCreateSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	30, // 52: subflow.pulsartest.wire.BaseCommand.reachedEndOfTopic:type_name -> subflow.pulsartest.wire.CommandReachedEndOfTopic
+	33, // 53: subflow.pulsartest.wire.BaseCommand.seek:type_name -> subflow.pulsartest.wire.CommandSeek
+	42, // 54: subflow.pulsartest.wire.BaseCommand.getLastMessageId:type_name -> subflow.pulsartest.wire.CommandGetLastMessageId
+	43, // 55: subflow.pulsartest.wire.BaseCommand.getLastMessageIdResponse:type_name -> subflow.pulsartest.wire.CommandGetLastMessageIdResponse
+	29, // 56: subflow.pulsartest.wire.BaseCommand.active_consumer_change:type_name -> subflow.pulsartest.wire.CommandActiveConsumerChange
+	44, // 57: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespace:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespace
+	45, // 58: subflow.pulsartest.wire.BaseCommand.getTopicsOfNamespaceResponse:type_name -> subflow.pulsartest.wire.CommandGetTopicsOfNamespaceResponse
+	46, // 59: subflow.pulsartest.wire.BaseCommand.getSchema:type_name -> subflow.pulsartest.wire.CommandGetSchema
+	47, // 60: subflow.pulsartest.wire.BaseCommand.getSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetSchemaResponse
+	28, // 61: subflow.pulsartest.wire.BaseCommand.ackResponse:type_name -> subflow.pulsartest.wire.CommandAckResponse
+	48, // 62: subflow.pulsartest.wire.BaseCommand.getOrCreateSchema:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchema
+	49, // 63: subflow.pulsartest.wire.BaseCommand.getOrCreateSchemaResponse:type_name -> subflow.pulsartest.wire.CommandGetOrCreateSchemaResponse
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -4418,7 +4476,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -130,7 +132,10 @@ func diffReachedEndOfTopic(tg *diffTarget, o *observation) {
 	rc.ackWait(4, 15, rc.messagesFor(4)...)
 	tg.eventually("told after its acks", func() bool { return rc.reachedEnd(4) > 0 })
 	rc.roundTrip()
-	o.set("a new subscription from the earliest, acked everything", "%d", rc.reachedEnd(4))
+	// Twice on Pulsar when the ACK comes before the cursor re-checks the read it parked after
+	// the delivery (managedLedgerNewEntriesCheckDelayInMillis, 10 ms): the ACK tells, and the
+	// re-check's failed read, which then finds no backlog, tells again. Seen under load.
+	o.set("a new subscription from the earliest, acked everything", "%s", within(rc.reachedEnd(4), 1, 2))
 
 	goTopic := tg.topic("end-go")
 	p := tg.producer(goTopic, 0)
@@ -138,16 +143,51 @@ func diffReachedEndOfTopic(tg *diffTarget, o *observation) {
 	tg.sendN(p, "g", 1)
 	tg.receive(cons, 1, true)
 	tg.eventually("ack applied", func() bool { return tg.subStats(goTopic, "sub").MsgBacklog == 0 })
-	f := wirerec.Filter{Topic: goTopic, Subscription: "sub"}
-	mark := tg.rec.Mark()
 	tg.call(http.MethodPost, goTopic+"/terminate", "")
-	tg.eventually("the third subscription's FLOW", func() bool {
-		subs := tg.rec.Consumers(f)
-		return len(subs) == 3 && len(tg.rec.Flows(wirerec.Filter{Topic: goTopic, Subscription: "sub", Since: subs[2].Session})) > 0
+	// The client is told and subscribes again until a subscription's read waits behind the
+	// cursor's failed one; that subscription stays connected: the third. On Pulsar the number
+	// of tells moves with timing (a read parked before termination can tell once more), and
+	// under load the third can be told too, so the client subscribes a fourth time.
+	f := wirerec.Filter{Topic: goTopic, Subscription: "sub"}
+	tg.eventually("a third subscription that FLOWs and is not told", func() bool {
+		each := tg.toldPerSubscription(f)
+		return len(each) >= 3 && !slices.Contains(each[:len(each)-1], false) && !each[len(each)-1]
 	})
 	tg.barrier(cons)
-	reached := len(tg.rec.Events(wirerec.Filter{Since: mark}, pb.BaseCommand_REACHED_END_OF_TOPIC))
-	o.set("pulsar-client-go consumer connected at terminate", "told %d times, subscribed %d times", reached, len(tg.rec.Consumers(f)))
+	o.set("pulsar-client-go consumer connected at terminate", "%s", eachButTheLast(tg.toldPerSubscription(f)))
+}
+
+// toldPerSubscription tells, for each SUBSCRIBE that f matches, whether the broker sent that
+// consumer REACHED_END_OF_TOPIC, once a FLOW of the last one is on record (nil before).
+func (tg *diffTarget) toldPerSubscription(f wirerec.Filter) []bool {
+	subs := tg.rec.Consumers(f)
+	if len(subs) == 0 || len(tg.rec.Flows(wirerec.Filter{Consumer: &subs[len(subs)-1].ConsumerKey, Since: subs[len(subs)-1].Session})) == 0 {
+		return nil
+	}
+	told := make([]bool, len(subs))
+	for i, c := range subs {
+		told[i] = len(tg.rec.Events(wirerec.Filter{Consumer: &c.ConsumerKey, Since: c.Session}, pb.BaseCommand_REACHED_END_OF_TOPIC)) > 0
+	}
+	return told
+}
+
+// eachButTheLast writes told as "told on each but the last of 3-4 subscriptions" when it is
+// that, and as the list otherwise.
+func eachButTheLast(told []bool) string {
+	n := len(told)
+	if n >= 3 && n <= 4 && !told[n-1] && !slices.Contains(told[:n-1], false) {
+		return "told on each but the last of 3-4 subscriptions"
+	}
+	return fmt.Sprintf("told per subscription %v", told)
+}
+
+// within writes n as the range lo-hi when it falls in it: a count that Pulsar's timing moves
+// within that range, so the test broker and Pulsar are compared on the range, not the number.
+func within(n, lo, hi int) string {
+	if n >= lo && n <= hi {
+		return fmt.Sprintf("%d-%d", lo, hi)
+	}
+	return strconv.Itoa(n)
 }
 
 // GET .../partitions of a topic that does not exist, with and without checkAllowAutoCreation.

@@ -174,7 +174,9 @@
 //     not handle the command: it closes the connection and its consumers
 //     reconnect (a consumer connected at termination with nothing to read
 //     is told twice, then stays connected); it has no HasReachedEndOfTopic
-//     and its reader's HasNext does not look at termination.
+//     and its reader's HasNext does not look at termination. Pulsar's
+//     10 ms re-check of a parked read is not modelled: on Pulsar a read
+//     and an ACK close together can tell twice.
 //   - Lookups answer Options.AdvertisedURL (a broker's advertised address),
 //     so a proxy can sit between client and broker.
 //   - A SEND for a producer the broker closed (unload) is ignored, not

@@ -231,7 +231,7 @@ func (rc *rawClient) reachedEnd(consumerID uint64) int {
 	defer rc.mu.Unlock()
 	n := 0
 	for _, c := range rc.frames {
-		if id, ok := reachedEndConsumer(c); ok && id == consumerID {
+		if c.GetType() == pb.BaseCommand_REACHED_END_OF_TOPIC && c.GetReachedEndOfTopic().GetConsumerId() == consumerID {
 			n++
 		}
 	}
@@ -247,13 +247,4 @@ func (rc *rawClient) messagesFor(consumerID uint64) []*pb.MessageIdData {
 		}
 	}
 	return out
-}
-
-// reachedEndConsumer reads the consumer id of a REACHED_END_OF_TOPIC; ok is false for
-// another command.
-func reachedEndConsumer(cmd *pb.BaseCommand) (uint64, bool) {
-	if cmd.GetType() != pb.BaseCommand_REACHED_END_OF_TOPIC {
-		return 0, false
-	}
-	return firstFieldVarint(cmd.ProtoReflect().GetUnknown())
 }

@@ -21,6 +21,7 @@ var decoded = map[pb.BaseCommand_Type]bool{
 	pb.BaseCommand_UNSUBSCRIBE:                       true,
 	pb.BaseCommand_GET_LAST_MESSAGE_ID:               true,
 	pb.BaseCommand_ACTIVE_CONSUMER_CHANGE:            true,
+	pb.BaseCommand_REACHED_END_OF_TOPIC:              true,
 	pb.BaseCommand_LOOKUP:                            true,
 	pb.BaseCommand_LOOKUP_RESPONSE:                   true,
 	pb.BaseCommand_PARTITIONED_METADATA:              true,
@@ -120,6 +121,8 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	case pb.BaseCommand_GET_LAST_MESSAGE_ID:
 		e.RequestID = cmd.GetGetLastMessageId().GetRequestId()
 		return cmd.GetGetLastMessageId().ConsumerId
+	case pb.BaseCommand_REACHED_END_OF_TOPIC:
+		return cmd.GetReachedEndOfTopic().ConsumerId
 	case pb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
 		e.Active = cmd.GetActiveConsumerChange().GetIsActive()
 		return cmd.GetActiveConsumerChange().ConsumerId
