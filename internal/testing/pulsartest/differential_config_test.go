@@ -147,7 +147,7 @@ func diffReachedEndOfTopic(tg *diffTarget, o *observation) {
 	// The client is told and subscribes again until a subscription's read waits behind the
 	// cursor's failed one; that subscription stays connected: the third. On Pulsar the number
 	// of tells moves with timing (a read parked before termination can tell once more), and
-	// under load the third can be told too, so the client subscribes a fourth time.
+	// the same re-check could tell the third too, so the client would subscribe a fourth time.
 	f := wirerec.Filter{Topic: goTopic, Subscription: "sub"}
 	tg.eventually("a third subscription that FLOWs and is not told", func() bool {
 		each := tg.toldPerSubscription(f)

@@ -27,8 +27,8 @@ import (
 // later (ManagedCursorImpl.checkForNewEntries, managedLedgerNewEntriesCheckDelayInMillis), and
 // that re-check fails and tells even for a read cancelled meanwhile. So on Pulsar the number of
 // tells moves with timing, which the test broker does not model: an ACK inside those 10 ms is
-// told twice (by the ACK and by the re-check), a consumer can be told twice at termination, and
-// under load pulsar-client-go can be told on a third subscription and subscribe a fourth time.
+// told twice (by the ACK and by the re-check), a consumer can be told twice at termination (both
+// seen under load), and the same re-check could tell pulsar-client-go's third subscription too.
 
 // topicTerminated is PersistentSubscription.topicTerminated; the topic's mutex is held.
 func (s *subscription) topicTerminated() {
