@@ -45,13 +45,14 @@ func (b *bitset) prefix() int64 {
 type ledger struct {
 	mu         sync.Mutex
 	produced   map[string]int64              // topic -> messages 0..n-1 stored
+	ids        map[string][]pulsar.MessageID // topic -> where message n was stored
 	delivered  map[string]map[string]*bitset // subscription -> topic -> message numbers
 	indexes    map[string]map[string]*bitset // subscription -> partition topic -> broker-entry indexes
 	deliveries map[string]int64              // subscription -> deliveries, duplicates included
 }
 
 func newLedger() *ledger {
-	return &ledger{produced: map[string]int64{}, delivered: map[string]map[string]*bitset{},
+	return &ledger{produced: map[string]int64{}, ids: map[string][]pulsar.MessageID{}, delivered: map[string]map[string]*bitset{},
 		indexes: map[string]map[string]*bitset{}, deliveries: map[string]int64{}}
 }
 
@@ -76,11 +77,24 @@ func parsePayload(p []byte) (topic string, n int64, ok bool) {
 	return topic, n, err == nil
 }
 
-// setProduced records that messages 0..n-1 of topic are stored on the broker.
-func (l *ledger) setProduced(topic string, n int64) {
+// setProduced records that messages 0..n of topic are stored on the broker, n at id.
+func (l *ledger) setProduced(topic string, n int64, id pulsar.MessageID) {
 	l.mu.Lock()
-	l.produced[topic] = n
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.produced[topic] = n + 1
+	if int64(len(l.ids[topic])) == n {
+		l.ids[topic] = append(l.ids[topic], id)
+	}
+}
+
+// producedID is where message n of topic was stored, nil when not recorded.
+func (l *ledger) producedID(topic string, n int64) pulsar.MessageID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n < 0 || n >= int64(len(l.ids[topic])) {
+		return nil
+	}
+	return l.ids[topic][n]
 }
 
 // deliver records a message handed to an application of subscription sub.

@@ -14,6 +14,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 // Config sizes a run.
@@ -350,8 +355,8 @@ func (w *world) awaitDelivery(ctx context.Context, bound time.Duration) time.Dur
 	}
 	for _, g := range w.groups {
 		if n, examples := w.ledger.missing(g.subscription, g.topics); n > 0 {
-			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v%s; the broker's consumers of %s: %s",
-				g.subscription, n, examples, clientRace, g.flowTopic, w.brokerConsumers(ctx, g.flowTopic, g.subscription)))
+			w.violate("lost", fmt.Sprintf("subscription %s never received %d produced messages, e.g. %v%s; the broker's view of %s: %s; on the wire: %s",
+				g.subscription, n, examples, clientRace, g.flowTopic, w.brokerView(ctx, g.flowTopic, g.subscription), w.entryTrails(g, examples)))
 		}
 	}
 	return time.Since(start)
@@ -488,29 +493,70 @@ func goroutineGrowth(before map[string]int, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// brokerConsumers says what the broker's topic stats say of each consumer of the subscription,
-// so that a "lost" violation names the consumer that holds unacknowledged messages it never
-// handed on (its name carries the pod's).
-func (w *world) brokerConsumers(ctx context.Context, topic, subscription string) string {
+// entryTrails says, for the first examples of missing messages, what the wire recorder saw of
+// the entry each is in (trailLength events at most): whom the broker sent it to, and who listed
+// it in an ACK or a redelivery request. So a "lost" violation tells a message the broker never
+// sent from one a consumer received, and names who acknowledged it.
+func (w *world) entryTrails(g *group, examples []string) string {
+	var out []string
+	for _, ex := range examples[:min(len(examples), 3)] {
+		topic, n, ok := parsePayload([]byte(ex))
+		if !ok {
+			continue
+		}
+		id := w.ledger.producedID(topic, n)
+		if id == nil {
+			out = append(out, ex+" (no id recorded)")
+			continue
+		}
+		var trail []string
+		types := []pb.BaseCommand_Type{pb.BaseCommand_MESSAGE, pb.BaseCommand_ACK, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES}
+		for _, e := range w.wire.Events(wirerec.Filter{Topic: w.root + topic, Subscription: g.subscription}, types...) {
+			if len(trail) == trailLength {
+				trail = append(trail, "...")
+				break
+			}
+			if touchesEntry(e, id) {
+				trail = append(trail, fmt.Sprintf("%s %s %s", e.Time.Format("15:04:05.000"), e.Type, e.Consumer.Name))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s at %d:%d: [%s]", ex, id.LedgerID(), id.EntryID(), strings.Join(trail, ", ")))
+	}
+	return strings.Join(out, "; ")
+}
+
+// trailLength bounds the events entryTrails lists per entry.
+const trailLength = 12
+
+// touchesEntry reports whether e sends, acknowledges or asks again for the entry of id; a
+// cumulative ACK touches every entry up to its own.
+func touchesEntry(e wirerec.Event, id pulsar.MessageID) bool {
+	same := func(m wirerec.MessageID) bool {
+		return m.Ledger == uint64(id.LedgerID()) && m.Entry == uint64(id.EntryID())
+	}
+	if e.Type == pb.BaseCommand_MESSAGE {
+		return same(e.MessageID)
+	}
+	if e.Cumulative {
+		m := e.MessageID
+		return m.Ledger > uint64(id.LedgerID()) || (m.Ledger == uint64(id.LedgerID()) && m.Entry >= uint64(id.EntryID()))
+	}
+	return slices.ContainsFunc(e.IDs, same)
+}
+
+// brokerView says what the broker's stats say of the subscription: its backlog, where its
+// cursor stands and whether a read waits on it, and each consumer. So a "lost" violation
+// tells messages the broker counts as consumed from ones it holds back, and names the
+// consumer that holds unacknowledged messages it never handed on (its name carries the pod's).
+func (w *world) brokerView(ctx context.Context, topic, subscription string) string {
 	// Not cancelled with the run: a drain cut short is when the report needs it most.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	url := w.broker.adminURLs()[0] + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return url + ": " + resp.Status
-	}
+	base := w.broker.adminURLs()[0] + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://")
 	var stats struct {
 		Subscriptions map[string]struct {
-			Consumers []struct {
+			MsgBacklog int64 `json:"msgBacklog"`
+			Consumers  []struct {
 				ConsumerName     string `json:"consumerName"`
 				AvailablePermits int64  `json:"availablePermits"`
 				UnackedMessages  int64  `json:"unackedMessages"`
@@ -518,20 +564,57 @@ func (w *world) brokerConsumers(ctx context.Context, topic, subscription string)
 			} `json:"consumers"`
 		} `json:"subscriptions"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
-		return fmt.Sprintf("%s: %s: %v", url, resp.Status, err)
+	if err := getJSON(ctx, base+"/stats", &stats); err != nil {
+		return err.Error()
+	}
+	var internal struct {
+		LastConfirmedEntry string `json:"lastConfirmedEntry"`
+		Cursors            map[string]struct {
+			MarkDeletePosition string `json:"markDeletePosition"`
+			ReadPosition       string `json:"readPosition"`
+			WaitingReadOp      bool   `json:"waitingReadOp"`
+			PendingReadOps     int    `json:"pendingReadOps"`
+		} `json:"cursors"`
+	}
+	cursor := "cursor unknown"
+	if err := getJSON(ctx, base+"/internalStats", &internal); err != nil {
+		cursor += ": " + err.Error()
+	} else if c, ok := internal.Cursors[subscription]; ok {
+		cursor = fmt.Sprintf("cursor markDelete=%s read=%s waitingReadOp=%v pendingReadOps=%d, last entry %s",
+			c.MarkDeletePosition, c.ReadPosition, c.WaitingReadOp, c.PendingReadOps, internal.LastConfirmedEntry)
 	}
 	sidecars := map[string]bool{}
 	for _, p := range w.pods {
 		sidecars[p.name] = p.sidecar
 	}
-	var out []string
-	for _, c := range stats.Subscriptions[subscription].Consumers {
+	sub := stats.Subscriptions[subscription]
+	var consumers []string
+	for _, c := range sub.Consumers {
 		kind := "agent"
 		if pod, _, _ := strings.Cut(c.ConsumerName, "-i"); sidecars[pod] {
 			kind = "sidecar"
 		}
-		out = append(out, fmt.Sprintf("%s (%s) unacked=%d permits=%d out=%d", c.ConsumerName, kind, c.UnackedMessages, c.AvailablePermits, c.MsgOutCounter))
+		consumers = append(consumers, fmt.Sprintf("%s (%s) unacked=%d permits=%d out=%d", c.ConsumerName, kind, c.UnackedMessages, c.AvailablePermits, c.MsgOutCounter))
 	}
-	return "[" + strings.Join(out, "; ") + "]"
+	return fmt.Sprintf("backlog %d, %s, consumers [%s]", sub.MsgBacklog, cursor, strings.Join(consumers, "; "))
+}
+
+// getJSON decodes the answer to a GET of url into v.
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("%s: %v", url, err)
+	}
+	return nil
 }

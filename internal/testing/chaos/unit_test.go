@@ -13,6 +13,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/subflow-dev/subflow/agent/protocol"
+	pb "github.com/subflow-dev/subflow/internal/pulsarwire"
+	"github.com/subflow-dev/subflow/internal/testing/wirerec"
 )
 
 func TestBitsetPrefix(t *testing.T) {
@@ -295,5 +297,30 @@ func TestAdminProxyRecordsAResetOnceAcrossARedirect(t *testing.T) {
 	defer mu.Unlock()
 	if len(resets) != 1 {
 		t.Fatalf("a refused reset was recorded: %+v", resets)
+	}
+}
+
+// A "lost" violation's wire trail lists the frames about the missing message's entry only.
+func TestTouchesEntry(t *testing.T) {
+	id := pulsar.NewMessageID(7, 20, -1, -1)
+	at := func(ledger, entry uint64) wirerec.MessageID {
+		return wirerec.MessageID{Ledger: ledger, Entry: entry, Partition: -1, BatchIndex: 2}
+	}
+	for _, c := range []struct {
+		name string
+		e    wirerec.Event
+		want bool
+	}{
+		{"the entry sent", wirerec.Event{Type: pb.BaseCommand_MESSAGE, MessageID: at(7, 20)}, true},
+		{"another entry sent", wirerec.Event{Type: pb.BaseCommand_MESSAGE, MessageID: at(7, 21)}, false},
+		{"an ACK listing it second", wirerec.Event{Type: pb.BaseCommand_ACK, MessageID: at(7, 3), IDs: []wirerec.MessageID{at(7, 3), at(7, 20)}}, true},
+		{"an ACK of others", wirerec.Event{Type: pb.BaseCommand_ACK, MessageID: at(7, 3), IDs: []wirerec.MessageID{at(7, 3), at(8, 20)}}, false},
+		{"a cumulative ACK past it", wirerec.Event{Type: pb.BaseCommand_ACK, Cumulative: true, MessageID: at(8, 0), IDs: []wirerec.MessageID{at(8, 0)}}, true},
+		{"a cumulative ACK before it", wirerec.Event{Type: pb.BaseCommand_ACK, Cumulative: true, MessageID: at(7, 19), IDs: []wirerec.MessageID{at(7, 19)}}, false},
+		{"a redelivery request for it", wirerec.Event{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES, IDs: []wirerec.MessageID{at(7, 20)}}, true},
+	} {
+		if got := touchesEntry(c.e, id); got != c.want {
+			t.Errorf("%s: touchesEntry = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

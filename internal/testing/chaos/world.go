@@ -427,12 +427,13 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 		if topic == "chaos-c" && i%3 == 0 {
 			msg.Payload = paddedPayload(topic, i, 2*chunkSize+chunkSize/2) // three chunks
 		}
-		for w.producers.send(ctx, w.broker.serviceURL(), topic, msg) != nil {
+		id, err := w.producers.send(ctx, w.broker.serviceURL(), topic, msg)
+		for ; err != nil; id, err = w.producers.send(ctx, w.broker.serviceURL(), topic, msg) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
-		w.ledger.setProduced(topic, i+1)
+		w.ledger.setProduced(topic, i, id)
 	}
 	return nil
 }
@@ -449,15 +450,14 @@ type producers struct {
 	byName map[string]pulsar.Producer
 }
 
-func (ps *producers) send(ctx context.Context, serviceURL, topic string, msg *pulsar.ProducerMessage) error {
+func (ps *producers) send(ctx context.Context, serviceURL, topic string, msg *pulsar.ProducerMessage) (pulsar.MessageID, error) {
 	ps.gate.RLock()
 	defer ps.gate.RUnlock()
 	p, err := ps.producer(serviceURL, topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = p.Send(ctx, msg)
-	return err
+	return p.Send(ctx, msg)
 }
 
 func (ps *producers) producer(serviceURL, topic string) (pulsar.Producer, error) {

@@ -175,12 +175,17 @@ func TestConsumerCommandsRecorded(t *testing.T) {
 		return len(p.Events(Filter{ConsumerName: "beta"}, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES)) > 0
 	})
 	testkit.ReceiveAndAck(t, cons, 3, waitFor) // the two others and the redelivered one, acked
-	testkit.Eventually(t, waitFor, "ACKs recorded", func() bool {
-		n := 0
+	testkit.Eventually(t, waitFor, "ACKs recorded with every id they list", func() bool {
+		acked := map[MessageID]bool{}
 		for _, e := range p.Events(Filter{ConsumerName: "beta"}, pb.BaseCommand_ACK) {
-			n += e.Messages
+			if len(e.IDs) != e.Messages {
+				return false
+			}
+			for _, id := range e.IDs {
+				acked[id] = true
+			}
 		}
-		return n >= 3
+		return len(acked) == 3
 	})
 
 	beforeSeek := p.Mark()

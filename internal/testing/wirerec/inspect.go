@@ -92,8 +92,9 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	case pb.BaseCommand_ACK:
 		a := cmd.GetAck()
 		e.Messages = len(a.GetMessageId())
+		e.IDs = messageIDs(a.GetMessageId())
 		if e.Messages > 0 {
-			e.MessageID = messageID(a.GetMessageId()[0])
+			e.MessageID = e.IDs[0]
 		}
 		e.Cumulative = a.GetAckType() == pb.CommandAck_Cumulative
 		e.RequestID = a.GetRequestId()
@@ -101,6 +102,7 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 	case pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES:
 		r := cmd.GetRedeliverUnacknowledgedMessages()
 		e.Messages = len(r.GetMessageIds())
+		e.IDs = messageIDs(r.GetMessageIds())
 		return r.ConsumerId
 	case pb.BaseCommand_SEEK:
 		s := cmd.GetSeek()
@@ -143,6 +145,17 @@ func describe(e *Event, cmd *pb.BaseCommand) *uint64 {
 		e.Error = cmd.GetError().GetError().String() + ": " + cmd.GetError().GetMessage()
 	}
 	return nil
+}
+
+func messageIDs(ms []*pb.MessageIdData) []MessageID {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]MessageID, len(ms))
+	for i, m := range ms {
+		out[i] = messageID(m)
+	}
+	return out
 }
 
 func messageID(m *pb.MessageIdData) MessageID {

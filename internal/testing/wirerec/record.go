@@ -77,14 +77,15 @@ type Event struct {
 	// was on the wire, but a broker ignores it.
 	AfterClose bool
 
-	Permits         uint32    // FLOW
-	Messages        int       // MESSAGE: messages in the entry; ACK, REDELIVER: ids listed
-	MessageID       MessageID // MESSAGE; SEEK target; first id of an ACK
-	EntryIndex      *uint64   // MESSAGE: broker-entry index, nil when absent
-	RedeliveryCount uint32    // MESSAGE
-	PublishTime     uint64    // SEEK by time
-	Cumulative      bool      // ACK
-	Active          bool      // ACTIVE_CONSUMER_CHANGE
+	Permits         uint32      // FLOW
+	Messages        int         // MESSAGE: messages in the entry; ACK, REDELIVER: ids listed
+	MessageID       MessageID   // MESSAGE; SEEK target; first id of an ACK
+	IDs             []MessageID // ACK, REDELIVER: every id listed
+	EntryIndex      *uint64     // MESSAGE: broker-entry index, nil when absent
+	RedeliveryCount uint32      // MESSAGE
+	PublishTime     uint64      // SEEK by time
+	Cumulative      bool        // ACK
+	Active          bool        // ACTIVE_CONSUMER_CHANGE
 	RequestID       uint64
 	Topic           string // LOOKUP, PARTITIONED_METADATA, PRODUCER
 	URL             string // LOOKUP_RESPONSE broker, CONNECT proxy_to_broker_url, CLOSE_CONSUMER assigned broker
