@@ -19,7 +19,9 @@
 //     application's Receive and again after it returned, once the agent finished any
 //     transition in progress);
 //   - nothing lost: after the final Running every produced message was delivered at least
-//     once on every subscription of its topic (seeks replay, so duplicates are expected);
+//     once on every subscription of its topic (seeks replay, so duplicates are expected); when
+//     the broker holds missing messages back (awaitDelivery, unloadHeldBack), the run unloads
+//     their topic, reports it and waits once more;
 //   - convergence: within a bound after the last operation every matched pod's agent reports
 //     the effective state, no unmatched pod holds the flow's rule and the flow is Ready at its
 //     generation;

@@ -154,6 +154,21 @@ func (l *ledger) missing(sub string, topics []string) (int64, []string) {
 	return count, examples
 }
 
+// missingIDs is where the produced messages of topic that sub has not received were stored
+// (those whose id was recorded).
+func (l *ledger) missingIDs(sub, topic string) []pulsar.MessageID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	got := set(l.delivered, sub, topic)
+	var out []pulsar.MessageID
+	for n, id := range l.ids[topic] {
+		if !got.has(int64(n)) && id != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // totals returns produced messages, deliveries (with duplicates) and distinct deliveries.
 func (l *ledger) totals() (produced, deliveries, distinct int64) {
 	l.mu.Lock()

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -321,6 +322,37 @@ func TestTouchesEntry(t *testing.T) {
 	} {
 		if got := touchesEntry(c.e, id); got != c.want {
 			t.Errorf("%s: touchesEntry = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The drain unloads a topic only when the broker, not a consumer of ours, holds the missing
+// messages: counted in the backlog, read past by the cursor, unacknowledged by no consumer.
+func TestHoldsBack(t *testing.T) {
+	ids := []pulsar.MessageID{pulsar.NewMessageID(9, 1316, 0, -1), pulsar.NewMessageID(9, 1319, 0, -1)}
+	stalled := func() subscriptionView { // as a run on Pulsar 4.0.7 ended
+		return subscriptionView{backlog: 2, markDelete: "9:1315", read: "9:1429", waitingRead: true,
+			consumers: []consumerView{{name: "shared-8-i20", permits: 50}, {name: "shared-1-i23", permits: 44}}}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*subscriptionView)
+		ids    []pulsar.MessageID
+		want   bool
+	}{
+		{"read past, counted, held by no consumer", func(*subscriptionView) {}, ids, true},
+		{"a consumer holds messages unacknowledged", func(v *subscriptionView) { v.consumers[1].unacked = 3 }, ids, false},
+		{"the cursor has not read that far", func(v *subscriptionView) { v.read = "9:1319" }, ids, false},
+		{"the cursor is on an earlier ledger", func(v *subscriptionView) { v.read = "8:5000" }, ids, false},
+		{"the backlog does not count them all", func(v *subscriptionView) { v.backlog = 1 }, ids, false},
+		{"no consumer at all", func(v *subscriptionView) { v.consumers = nil }, ids, false},
+		{"the stats could not be read", func(v *subscriptionView) { v.err = errors.New("503") }, ids, false},
+		{"no id recorded", func(*subscriptionView) {}, nil, false},
+	} {
+		v := stalled()
+		c.change(&v)
+		if got := v.holdsBack(int64(len(ids)), c.ids); got != c.want {
+			t.Errorf("%s: holdsBack = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
