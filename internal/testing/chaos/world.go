@@ -428,10 +428,11 @@ func (w *world) produceTopic(ctx context.Context, topic string, n int64, over ti
 			msg.Payload = paddedPayload(topic, i, 2*chunkSize+chunkSize/2) // three chunks
 		}
 		id, err := w.producers.send(ctx, w.broker.serviceURL(), topic, msg)
-		for ; err != nil; id, err = w.producers.send(ctx, w.broker.serviceURL(), topic, msg) {
+		for err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			id, err = w.producers.send(ctx, w.broker.serviceURL(), topic, msg)
 		}
 		w.ledger.setProduced(topic, i, id)
 	}
